@@ -1,0 +1,133 @@
+"""What this kernel and userspace offer the testbed, detected, never assumed.
+
+`doctor` prints these; the fabric builder and later the scenario runner pick
+their data path from the same answers, so a result always says what it was
+measured with.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    present: bool
+    detail: str
+    without: str  # what the testbed does when it is missing
+
+
+def _run(cmd: list[str], timeout: float = 5.0) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def _kernel_module(name: str) -> bool:
+    """Built in, already loaded, or loadable."""
+    if os.path.isdir('/sys/module/' + name):
+        return True
+    if not shutil.which('modprobe'):
+        return False
+    return _run(['modprobe', '-q', name]).returncode == 0
+
+
+@cache
+def ovs_kernel_datapath() -> bool:
+    return _kernel_module('openvswitch')
+
+
+def ovs_datapath() -> str:
+    """Mininet's OVSSwitch datapath option: 'kernel' where the module
+    exists, else the userspace (netdev) datapath."""
+    return 'kernel' if ovs_kernel_datapath() else 'user'
+
+
+def _tc_qdisc_available(kind: str) -> bool:
+    """Try the qdisc on a throwaway dummy link in a scratch namespace."""
+    if os.geteuid() != 0 or not shutil.which('ip') or not shutil.which('tc'):
+        return False
+    ns = 'mrcprobe%d' % os.getpid()
+    script = ('ip link add d0 type dummy && ip link set d0 up && '
+              'tc qdisc add dev d0 root %s' % kind)
+    try:
+        if _run(['ip', 'netns', 'add', ns]).returncode:
+            return False
+        return _run(['ip', 'netns', 'exec', ns, 'sh', '-c', script]
+                    ).returncode == 0
+    finally:
+        _run(['ip', 'netns', 'del', ns])
+
+
+@cache
+def netem_available() -> bool:
+    return _tc_qdisc_available('netem delay 1ms')
+
+
+@cache
+def red_ecn_available() -> bool:
+    return _tc_qdisc_available(
+        'red limit 400000 min 30000 max 90000 avpkt 1000 burst 55 ecn '
+        'bandwidth 10mbit probability 0.1')
+
+
+def _sysctl_exists(path: str) -> bool:
+    return os.path.exists('/proc/sys/' + path.replace('.', '/'))
+
+
+def _ovs_status() -> Feature:
+    if not shutil.which('ovs-vsctl'):
+        return Feature('Open vSwitch', False, 'ovs-vsctl not installed',
+                       'nothing can be built; run the set-up script')
+    running = _run(['ovs-vsctl', '--timeout=3', 'show']).returncode == 0
+    path = 'kernel datapath' if ovs_kernel_datapath() else \
+        'userspace (netdev) datapath: no openvswitch kernel module'
+    return Feature('Open vSwitch', running,
+                   ('running, ' if running else 'installed but not running, ')
+                   + path,
+                   'the fabric starts OVS itself (ovs-ctl start)')
+
+
+def all_features() -> list[Feature]:
+    root = os.geteuid() == 0
+    return [
+        Feature('root', root, 'euid %d' % os.geteuid(),
+                'nothing can be built: namespaces, veths, OVS and routes '
+                'need root'),
+        _ovs_status(),
+        Feature('OVS kernel datapath', ovs_kernel_datapath(),
+                'openvswitch module', 'userspace datapath: ~470k packet-hops/s '
+                'for the whole fabric, so keep link rates to tens of Mbit/s'),
+        Feature('SRv6 seg6', _sysctl_exists('net.ipv6.conf.all.seg6_enabled'),
+                'seg6 encap and End.DT6 decap', 'no fabric: hosts cannot '
+                'decapsulate'),
+        Feature('SRv6 seg6local NEXT-C-SID', _next_csid(),
+                'iproute2 knows "flavors next-csid"', 'switch uSID shifting is '
+                'done in OVS flows, so only host-side NEXT-C-SID is missing'),
+        Feature('netem', netem_available(), 'sch_netem: link delay and loss',
+                'no added link delay; random loss comes from nftables'),
+        Feature('RED/ECN', red_ecn_available(), 'sch_red with ecn',
+                'no ECN marking: MRC sees congestion from queueing delay only'),
+        Feature('nftables', bool(shutil.which('nft')), 'nft binary',
+                'no gray-failure (random loss) injection'),
+        Feature('MPTCP', _sysctl_exists('net.mptcp.enabled'),
+                'net.mptcp.enabled', 'the mptcp baseline is skipped'),
+    ]
+
+
+def _next_csid() -> bool:
+    if not shutil.which('ip'):
+        return False
+    out = _run(['ip', 'route', 'help']).stderr
+    return 'next-csid' in out or _iproute2_version() >= (6, 1)
+
+
+def _iproute2_version() -> tuple[int, ...]:
+    out = _run(['ip', '-V']).stdout
+    digits = out.split('iproute2-')[-1].split('-')[0].lstrip('v').split('.')
+    try:
+        return tuple(int(d) for d in digits[:2])
+    except ValueError:
+        return (0,)

@@ -1,0 +1,77 @@
+"""SRv6 plumbing of one emulated host, done with pyroute2 inside its netns.
+
+Per NIC port (one per plane): the plan's MAC and address, an End.DT6 SID so
+the kernel decapsulates carriers addressed to this port into the local table
+(table 254 does not deliver to local addresses; 255 does), a route for the
+plane's uSID block through a static gateway neighbour on that port, seg6 and
+forwarding sysctls, and TX checksum offload off (with the userspace OVS
+datapath, offloaded checksums are never filled in and TCP stalls).
+"""
+from __future__ import annotations
+
+import fcntl
+import socket
+import struct
+
+from pyroute2 import IPRoute
+
+from testbed.fabric.netns import inside, write_sysctl
+from testbed.fabric.usid_plan import (GATEWAY_LL, GATEWAY_MAC, HostPort,
+                                      block)
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_STXCSUM = 0x17
+RT_TABLE_LOCAL = 255
+NUD_PERMANENT = 0x80
+
+# Quiet ports: no router solicitations, DAD or MLD chatter on the fabric,
+# so per-plane packet counters only move for traffic we send.
+QUIET_SYSCTLS = {'accept_ra': 0, 'router_solicitations': 0, 'accept_dad': 0,
+                 'dad_transmits': 0, 'mldv1_unsolicited_report_interval': 0,
+                 'mldv2_unsolicited_report_interval': 0}
+
+
+def plumb_host(pid: int, ports: list[HostPort]) -> None:
+    with inside(pid):
+        for key, value in {'all.seg6_enabled': 1, 'all.forwarding': 1,
+                           'all.accept_ra': 0}.items():
+            write_sysctl('net.ipv6.conf.' + key, value)
+        with IPRoute() as ipr:
+            for port in ports:
+                _plumb_port(ipr, port)
+
+
+def _plumb_port(ipr: IPRoute, port: HostPort) -> None:
+    for key, value in dict(QUIET_SYSCTLS, seg6_enabled=1).items():
+        write_sysctl('net.ipv6.conf.%s.%s' % (port.intf, key), value)
+    idx = ipr.link_lookup(ifname=port.intf)[0]
+    ipr.link('set', index=idx, address=port.mac, state='up')
+    ipr.addr('add', index=idx, address=port.address, prefixlen=64,
+             flags=0x02)  # IFA_F_NODAD
+    ipr.neigh('add', dst=GATEWAY_LL, lladdr=GATEWAY_MAC, ifindex=idx,
+              state=NUD_PERMANENT)
+    ipr.route('add', dst='%s/32' % _block_prefix(port.plane),
+              gateway=GATEWAY_LL, oif=idx)
+    ipr.route('add', dst='%s/48' % port.sid, oif=idx, encap={
+        'type': 'seg6local', 'action': 'End.DT6', 'table': RT_TABLE_LOCAL})
+    tx_checksum_off(port.intf)
+
+
+def _block_prefix(plane: int) -> str:
+    b = block(plane)
+    return '%x:%x::' % (b >> 16, b & 0xFFFF)
+
+
+def tx_checksum_off(ifname: str) -> None:
+    """ethtool -K <ifname> tx off, as one ioctl in the current netns."""
+    value = struct.pack('II', ETHTOOL_STXCSUM, 0)
+    buf = bytearray(value)
+    ifreq = struct.pack('16sP', ifname.encode(),
+                        ctypes_address(buf))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifreq)
+
+
+def ctypes_address(buf: bytearray) -> int:
+    import ctypes
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))

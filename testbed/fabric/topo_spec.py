@@ -1,0 +1,78 @@
+"""Topology specs in Mininet's ``name,key=value`` convention.
+
+``fattree,k=4,planes=2`` or ``leafspine,leaves=4,spines=4,hosts=2,planes=4``;
+an optional ``bw=<Mbit/s>`` shapes every link.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from mininet.topo import Topo
+
+from topologies.fattree import MultiPlaneFatTree
+from topologies.leafspine import MultiPlaneLeafSpine
+
+TOPOLOGIES: dict[str, type[Topo]] = {
+    'fattree': MultiPlaneFatTree,
+    'leafspine': MultiPlaneLeafSpine,
+}
+DEFAULT_SPEC = 'fattree,k=4,planes=2'
+
+
+class TopoSpecError(ValueError):
+    """A topology spec that names no topology or gives it bad parameters."""
+
+
+@dataclass(frozen=True)
+class TopoSpec:
+    name: str
+    params: tuple[tuple[str, float | int], ...]
+
+    def __str__(self) -> str:
+        return ','.join([self.name] + ['%s=%s' % kv for kv in self.params])
+
+    def kwargs(self) -> dict[str, float | int]:
+        return dict(self.params)
+
+    def build(self) -> Topo:
+        try:
+            return TOPOLOGIES[self.name](**self.kwargs())
+        except ValueError as err:
+            raise TopoSpecError(str(err)) from None
+
+
+def parse_topo_spec(text: str) -> TopoSpec:
+    """Parse and validate a spec; every refusal names the offending part."""
+    name, *pairs = [part.strip() for part in text.strip().split(',')]
+    if name not in TOPOLOGIES:
+        raise TopoSpecError('unknown topology %r (known: %s)'
+                            % (name, ', '.join(sorted(TOPOLOGIES))))
+    allowed = _parameters(TOPOLOGIES[name])
+    params: dict[str, float | int] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition('=')
+        if not sep or key not in allowed:
+            raise TopoSpecError('%s: unknown parameter %r (allowed: %s)'
+                                % (name, pair, ', '.join(allowed)))
+        params[key] = _number(name, key, value)
+    spec = TopoSpec(name, tuple(sorted(params.items())))
+    spec.build()  # the Topo's own checks (k even, planes 1..8, ...)
+    return spec
+
+
+def _parameters(cls: type[Topo]) -> list[str]:
+    return [p for p in inspect.signature(cls.build).parameters if p != 'self']
+
+
+def _number(name: str, key: str, value: str) -> float | int:
+    try:
+        number: float | int = float(value) if key == 'bw' else int(value)
+    except ValueError:
+        raise TopoSpecError('%s: %s=%r is not a %s' % (
+            name, key, value, 'number' if key == 'bw' else 'whole number')
+        ) from None
+    if number <= 0:
+        raise TopoSpecError('%s: %s must be positive, got %s'
+                            % (name, key, value))
+    return number

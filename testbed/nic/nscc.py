@@ -1,0 +1,762 @@
+"""NSCC congestion control for an MRC QP congestion controller (QPCC).
+
+NSCC is the sender-based, window-driven, SACK-clocked ECN+RTT algorithm of
+UEC 1.0 §3.6.13 (derived from SMaRTT and STrack). MRC selects it with the CC
+profile algorithm string "uet-1.0-nscc" and configures it through
+``struct mrc_ctl_cc_nscc_cfg`` (mrc_ctl.h in
+https://github.com/opencomputeproject/OCP-Multipath-Reliable-Connection).
+
+Sources followed (rules and constants below cite them by tag):
+
+[UEC]   UEC Specification 1.0, §3.6.13.3-3.6.13.6 (NSCC parameters, source
+        state, OnACK/OnNACK/OnInferredLoss and internal functions),
+        https://ultraethernet.org/ . Read through a public translated copy of
+        the pseudo-code.
+[HTSIM] htsim UEC model, https://github.com/Broadcom/csg-htsim sim/uec.cpp
+        (UecSrc::initNsccParams, quick_adapt, fast_increase, ...), the
+        reference simulator the UEC defaults were tuned with.
+[MRC]   mrc_ctl.h ``struct mrc_ctl_cc_nscc_cfg``: field names, widths, units.
+
+One controller governs one QPCC: a single byte window shared by every path
+(EV) and every QP mapped to it. Time is always passed in (``now``, seconds,
+float); nothing here reads a clock, so behaviour is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+NSCC_ALGORITHM = "uet-1.0-nscc"
+"""CC profile algorithm string defined by mrc_ctl.h for NSCC [MRC]."""
+
+DISABLED_ALGORITHMS: tuple[str | None, ...] = (None, "none")
+
+UINT8_MAX = 0xFF
+UINT32_MAX = 0xFFFF_FFFF
+
+NS_PER_S = 1_000_000_000
+
+# [UEC] §3.6.13.3 / [HTSIM] initNsccParams: gains are scaled against a
+# 100 Gbit/s x 12 us reference network, i.e. a 150 000 B reference BDP.
+REFERENCE_BDP_BYTES = 150_000
+REFERENCE_RTT_S = 12e-6
+
+# [UEC] §3.6.13.3 default gain multipliers (times MTU * scaling_a).
+DEFAULT_ETA_MTU = 0.15
+DEFAULT_FI_MTU = 5.0
+DEFAULT_FI_SCALE = 0.25
+DEFAULT_GAMMA = 0.8
+DEFAULT_MAX_MD_JUMP = 0.5          # [HTSIM] multiplicative_decrease floor
+DEFAULT_QA_GATE = 3                # [HTSIM] initNsccParams: qa_gate 3
+DEFAULT_ADJUST_BYTES_MTU = 8       # [HTSIM] _adjust_bytes_threshold = 8*MTU
+MAX_CWND_BDP = 1.5                 # [UEC] update_base_rtt: max_wnd = 1.5*BDP
+TARGET_WITH_TRIMMING = 0.75        # [UEC] target_qdelay = 0.75*base_rtt
+TARGET_WITHOUT_TRIMMING = 1.0      # [UEC] target_qdelay = 1.0*base_rtt
+QA_THRESHOLD_TARGETS = 4           # [UEC] qa_threshold = 4*target (5 BDP drop)
+# [UEC] "set qa_threshold to a large value when trimming is enabled"; the
+# largest value its uint32 ns field can hold [MRC] (4.29 s).
+QA_THRESHOLD_OFF_NS = UINT32_MAX
+
+# [UEC] fast_increase fires when "delay ~= 0"; [HTSIM] reads that as
+# delay < 1 us on its 12 us reference RTT. Scale the same ratio to the
+# configured RTT so emulated millisecond RTTs (with their timer jitter)
+# still have a reachable "near zero" band.
+FAST_INCREASE_DELAY_FRACTION = 1e-6 / REFERENCE_RTT_S
+
+# [UEC] apply_cwnd_penalty: window_decrease = (pen * bytes) >> 7, pen 0..127.
+RCV_CWND_PEN_MAX = 127
+RCV_CWND_PEN_SHIFT = 7
+
+
+class NsccConfigError(ValueError):
+    """A CC profile or NSCC configuration field is out of range."""
+
+
+# --------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------
+
+
+def _require_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise NsccConfigError(
+            f"NsccConfig.{name}: must be an int, got {type(value).__name__} {value!r}")
+    if not low <= value <= high:
+        raise NsccConfigError(f"NsccConfig.{name}: must be in [{low}, {high}], got {value}")
+
+
+def _require_float(name: str, value: object, low: float, high: float,
+                   low_inclusive: bool = True) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NsccConfigError(
+            f"NsccConfig.{name}: must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise NsccConfigError(f"NsccConfig.{name}: must be finite, got {value}")
+    too_low = value < low if low_inclusive else value <= low
+    if too_low or value > high:
+        bracket = "[" if low_inclusive else "("
+        raise NsccConfigError(f"NsccConfig.{name}: must be in {bracket}{low}, {high}], got {value}")
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * NS_PER_S))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NsccConfig:
+    """``struct mrc_ctl_cc_nscc_cfg`` [MRC] plus the MTU the gains refer to.
+
+    Units follow the C struct: times in ns (uint32), sizes in bytes (uint32),
+    gains as floats. ``alpha`` is not an MRC field; it is derived (see
+    :attr:`alpha`).
+    """
+
+    disable_qa: bool
+    adjust_bytes_threshold: int    # B: apply accumulated increases after this
+    adjust_period_threshold: int   # ns: ... or after this long; also adds eta
+    base_rtt: int                  # ns: config_base_rtt (longest path, 1 MTU)
+    eta: float                     # B per adjust period, additive
+    fi: float                      # B: fair-increase gain
+    fi_scale: float                # B per B acked in fast increase
+    gamma: float                   # multiplicative-decrease gain
+    max_md_jump: float             # floor of one MD factor
+    max_cwnd: int                  # B: MaxWnd, also the initial cwnd
+    qa_gate: int                   # QA only if achieved < max_cwnd >> qa_gate
+    qa_threshold: int              # ns: delay that triggers QA without trims
+    target_delay: int              # ns: target_qdelay
+    mtu: int                       # B
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.disable_qa, bool):
+            raise NsccConfigError(
+                f"NsccConfig.disable_qa: must be a bool, got {self.disable_qa!r}")
+        _require_int("mtu", self.mtu, 1, UINT32_MAX)
+        _require_int("adjust_bytes_threshold", self.adjust_bytes_threshold, 1, UINT32_MAX)
+        _require_int("adjust_period_threshold", self.adjust_period_threshold, 1, UINT32_MAX)
+        _require_int("base_rtt", self.base_rtt, 1, UINT32_MAX)
+        _require_int("max_cwnd", self.max_cwnd, self.mtu, UINT32_MAX)
+        _require_int("qa_gate", self.qa_gate, 0, UINT8_MAX)
+        _require_int("qa_threshold", self.qa_threshold, 1, UINT32_MAX)
+        _require_int("target_delay", self.target_delay, 1, UINT32_MAX)
+        _require_float("eta", self.eta, 0.0, math.inf)
+        _require_float("fi", self.fi, 0.0, math.inf)
+        _require_float("fi_scale", self.fi_scale, 0.0, math.inf)
+        _require_float("gamma", self.gamma, 0.0, 1.0)
+        _require_float("max_md_jump", self.max_md_jump, 0.0, 1.0, low_inclusive=False)
+
+    @classmethod
+    def defaults(cls, link_rate_bps: float, base_rtt_s: float, mtu: int,
+                 trimming: bool) -> NsccConfig:
+        """UEC default parameters for one link rate and base RTT [UEC], [HTSIM].
+
+        ``link_rate_bps`` is min(sender, receiver) rate in bit/s,
+        ``base_rtt_s`` the unloaded longest-path RTT of one MTU packet.
+        """
+        if isinstance(link_rate_bps, bool) or not link_rate_bps > 0:
+            raise NsccConfigError(f"defaults: link_rate_bps must be > 0, got {link_rate_bps!r}")
+        if isinstance(base_rtt_s, bool) or not base_rtt_s > 0:
+            raise NsccConfigError(f"defaults: base_rtt_s must be > 0, got {base_rtt_s!r}")
+        _require_int("mtu", mtu, 1, UINT32_MAX)
+        bdp = link_rate_bps / 8.0 * base_rtt_s
+        scaling_a = bdp / REFERENCE_BDP_BYTES
+        target_s = base_rtt_s * (TARGET_WITH_TRIMMING if trimming else TARGET_WITHOUT_TRIMMING)
+        target_ns = _ns(target_s)
+        qa_threshold_ns = (QA_THRESHOLD_OFF_NS if trimming
+                           else min(QA_THRESHOLD_TARGETS * target_ns, UINT32_MAX))
+        return cls(
+            disable_qa=False,
+            adjust_bytes_threshold=DEFAULT_ADJUST_BYTES_MTU * mtu,
+            adjust_period_threshold=_ns(base_rtt_s),   # [HTSIM]: one network RTT
+            base_rtt=_ns(base_rtt_s),
+            eta=DEFAULT_ETA_MTU * mtu * scaling_a,
+            fi=DEFAULT_FI_MTU * mtu * scaling_a,
+            fi_scale=DEFAULT_FI_SCALE * scaling_a,
+            gamma=DEFAULT_GAMMA,
+            max_md_jump=DEFAULT_MAX_MD_JUMP,
+            max_cwnd=max(mtu, int(round(MAX_CWND_BDP * bdp))),
+            qa_gate=DEFAULT_QA_GATE,
+            qa_threshold=qa_threshold_ns,
+            target_delay=target_ns,
+            mtu=mtu,
+        )
+
+    # -- derived values --------------------------------------------------
+
+    @property
+    def base_rtt_s(self) -> float:
+        return self.base_rtt / NS_PER_S
+
+    @property
+    def target_delay_s(self) -> float:
+        return self.target_delay / NS_PER_S
+
+    @property
+    def qa_threshold_s(self) -> float:
+        return self.qa_threshold / NS_PER_S
+
+    @property
+    def adjust_period_threshold_s(self) -> float:
+        return self.adjust_period_threshold / NS_PER_S
+
+    @property
+    def bdp_bytes(self) -> float:
+        # MRC carries no link rate; max_cwnd is 1.5 x BDP by definition of
+        # the default, so it is the one field that encodes the BDP.
+        return self.max_cwnd / MAX_CWND_BDP
+
+    @property
+    def scaling_a(self) -> float:
+        return self.bdp_bytes / REFERENCE_BDP_BYTES
+
+    @property
+    def scaling_b(self) -> float:
+        return self.target_delay_s / REFERENCE_RTT_S
+
+    @property
+    def alpha(self) -> float:
+        """Proportional-increase gain, bytes per second of headroom [UEC].
+
+        alpha = 4 * scaling_a * scaling_b * MTU / target_qdelay. MRC does not
+        make it configurable, so it follows max_cwnd and target_delay.
+        """
+        return 4.0 * self.scaling_a * self.scaling_b * self.mtu / self.target_delay_s
+
+
+@dataclass(frozen=True)
+class CcProfile:
+    """An MRC CC profile: algorithm string plus its algorithm-specific config.
+
+    ``algorithm`` None or "none" disables congestion control (mrc_ctl.h: a
+    NULL algorithm disables CC) [MRC].
+    """
+
+    algorithm: str | None = None
+    nscc: NsccConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.algorithm in DISABLED_ALGORITHMS:
+            return
+        if self.algorithm != NSCC_ALGORITHM:
+            raise NsccConfigError(
+                f"CcProfile.algorithm: unsupported {self.algorithm!r}; "
+                f"expected {NSCC_ALGORITHM!r}, None or 'none'")
+        if not isinstance(self.nscc, NsccConfig):
+            raise NsccConfigError(
+                f"CcProfile.nscc: algorithm {NSCC_ALGORITHM!r} needs an NsccConfig, "
+                f"got {self.nscc!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.algorithm not in DISABLED_ALGORITHMS
+
+
+# --------------------------------------------------------------------------
+# Controller interface
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class NsccCounters:
+    """Event counters exported for stats; counts, not bytes, unless named so."""
+
+    sent_bytes: int = 0
+    acked_bytes: int = 0
+    acks: int = 0
+    invalid_rtt_samples: int = 0
+    prop_inc_count: int = 0
+    fair_inc_count: int = 0
+    fi_count: int = 0            # fast-increase applications
+    hold_count: int = 0          # ECN with delay below target: no change
+    md_count: int = 0
+    qa_count: int = 0
+    ignored_feedback: int = 0    # ECN feedback skipped right after a QA
+    adjust_count: int = 0        # fulfill_adjustment runs
+    trim_count: int = 0
+    last_hop_trim_count: int = 0
+    loss_count: int = 0
+    penalty_count: int = 0       # ACKs carrying rcv_cwnd_pen > 0
+    restore_count: int = 0
+
+
+class CongestionControl(Protocol):
+    """What an MRC QP needs from its QPCC's congestion controller."""
+
+    counters: NsccCounters
+
+    @property
+    def cwnd(self) -> float: ...
+
+    @property
+    def inflight(self) -> int: ...
+
+    def can_send(self, nbytes: int) -> bool: ...
+
+    def on_send(self, nbytes: int, now: float) -> None: ...
+
+    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float,
+               service_time_s: float = 0.0, retransmitted: bool = False,
+               rcv_cwnd_pen: int = 0, restore_cwnd: bool = False) -> None: ...
+
+    def on_trim(self, nbytes: int, now: float, last_hop: bool,
+                rtt_s: float | None = None, retransmitted: bool = False) -> None: ...
+
+    def on_loss(self, nbytes: int, now: float) -> None: ...
+
+    def on_receiver_penalty(self, pen: int, now: float, acked_bytes: int = 0,
+                            restore: bool = False) -> bool: ...
+
+    def ack_request(self, ack_gen_trigger: int = 0) -> bool: ...
+
+    def stats(self) -> dict[str, float | int | bool | None]: ...
+
+
+def rtt_sample_is_unambiguous(rtx_count: int, retx_echo: bool) -> bool:
+    """Whether an ACK may feed the RTT estimator [UEC] §3.6.13.1.
+
+    Valid when the packet was never retransmitted and the ACK does not echo
+    the retransmit flag, or it was retransmitted exactly once and the ACK
+    echoes the flag. Callers pass ``retransmitted=not ...`` to ``on_ack``.
+    """
+    return (rtx_count == 0 and not retx_echo) or (rtx_count == 1 and retx_echo)
+
+
+def _check_bytes(name: str, nbytes: int) -> None:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise ValueError(f"{name}: must be a non-negative int, got {nbytes!r}")
+
+
+def _check_penalty(pen: int) -> None:
+    if isinstance(pen, bool) or not isinstance(pen, int) or not 0 <= pen <= RCV_CWND_PEN_MAX:
+        raise ValueError(f"rcv_cwnd_pen: must be an int in [0, {RCV_CWND_PEN_MAX}], got {pen!r}")
+
+
+# --------------------------------------------------------------------------
+# NSCC
+# --------------------------------------------------------------------------
+
+
+class Nscc:
+    """NSCC window for one QPCC [UEC] §3.6.13.5-6.
+
+    ``initial_cwnd`` defaults to max_cwnd (UEC: cwnd starts at MaxWnd).
+    ``base_rtt_floor_s`` bounds the tracked base RTT from below; by default it
+    is the configured base RTT, so emulator timer noise or a misreported
+    service time can never shrink the baseline and inflate every later delay.
+    Pass 0.0 for the UEC rule (track the minimum sample downward freely).
+    """
+
+    def __init__(self, config: NsccConfig, now: float = 0.0,
+                 initial_cwnd: int | None = None,
+                 base_rtt_floor_s: float | None = None) -> None:
+        self._cfg = config
+        self.counters = NsccCounters()
+        self._base_rtt_floor = config.base_rtt_s if base_rtt_floor_s is None else base_rtt_floor_s
+        if self._base_rtt_floor < 0:
+            raise ValueError(f"base_rtt_floor_s: must be >= 0, got {base_rtt_floor_s!r}")
+        self._base_rtt = config.base_rtt_s
+        self._max_wnd = float(config.max_cwnd)
+        start = config.max_cwnd if initial_cwnd is None else initial_cwnd
+        self._cwnd = float(self._bounded(start))
+        self._inflight = 0
+        self._saved_cwnd: float | None = None
+        self._achieved_bytes = 0
+        self._received_bytes = 0
+        self._near_zero_bytes = 0        # UEC ccc.fi_count
+        self._fast_increase_active = False
+        self._trigger_qa = False
+        self._qa_endtime: float | None = None
+        self._bytes_to_ignore = 0
+        self._bytes_ignored = 0
+        self._inc_bytes = 0.0
+        self._last_adjust_time = now
+        self._last_dec_time = now
+        self._delays: deque[tuple[float, float]] = deque()
+        self._delay_sum = 0.0
+        self._fi_delay_threshold = config.base_rtt_s * FAST_INCREASE_DELAY_FRACTION
+
+    # -- read-only state ---------------------------------------------------
+
+    @property
+    def config(self) -> NsccConfig:
+        return self._cfg
+
+    @property
+    def cwnd(self) -> float:
+        return self._cwnd
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    @property
+    def base_rtt(self) -> float:
+        return self._base_rtt
+
+    @property
+    def max_wnd(self) -> float:
+        return self._max_wnd
+
+    @property
+    def avg_delay(self) -> float:
+        """Mean queueing delay of the samples seen in the last base RTT."""
+        return self._delay_sum / len(self._delays) if self._delays else 0.0
+
+    @property
+    def receiver_limited(self) -> bool:
+        return self._saved_cwnd is not None
+
+    def stats(self) -> dict[str, float | int | bool | None]:
+        state: dict[str, float | int | bool | None] = {
+            "cwnd": self._cwnd, "inflight": self._inflight,
+            "base_rtt": self._base_rtt, "avg_delay": self.avg_delay,
+            "max_wnd": self._max_wnd, "saved_cwnd": self._saved_cwnd,
+        }
+        state.update(asdict(self.counters))
+        return state
+
+    # -- sending -------------------------------------------------------------
+
+    def can_send(self, nbytes: int) -> bool:
+        # [UEC] CanSend tests inflight + MTU; its footnote allows the real
+        # packet size, which keeps small WRITE packets from waiting a full MTU.
+        return self._inflight + nbytes <= self._cwnd
+
+    def on_send(self, nbytes: int, now: float) -> None:
+        _check_bytes("nbytes", nbytes)
+        self._inflight += nbytes
+        self.counters.sent_bytes += nbytes
+
+    def ack_request(self, ack_gen_trigger: int = 0) -> bool:
+        """[UEC] AckRequest: ask for an ACK when the window cannot trigger one."""
+        return (self._cwnd - self._inflight) < self._cfg.mtu or self._cwnd < ack_gen_trigger
+
+    # -- feedback --------------------------------------------------------------
+
+    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float,
+               service_time_s: float = 0.0, retransmitted: bool = False,
+               rcv_cwnd_pen: int = 0, restore_cwnd: bool = False) -> None:
+        """One SACK [UEC] NSCC.OnACK.
+
+        ``acked_bytes`` is the growth of the SACK's received-bytes counter
+        (the ACK clock), ``rtt_s`` the raw ack_time - tx_time of the packet
+        that triggered it, ``retransmitted`` True when that sample is
+        ambiguous (see :func:`rtt_sample_is_unambiguous`).
+        """
+        _check_bytes("acked_bytes", acked_bytes)
+        _check_penalty(rcv_cwnd_pen)
+        self._count_delivery(acked_bytes)
+        receiver_limited = self._apply_penalty(rcv_cwnd_pen, restore_cwnd, acked_bytes)
+        sample = self._rtt_sample(rtt_s, service_time_s, retransmitted)
+        if sample is None:
+            return
+        self._update_base_rtt(sample)
+        delay = max(0.0, sample - self._base_rtt)
+        self._record_delay(delay, now)
+        if self._quick_adapt(now, is_loss=False, ecn=ecn, delay=delay):
+            return
+        self._react(acked_bytes, delay, ecn, receiver_limited, now)
+        if self._adjustment_due(now):
+            self._fulfill_adjustment(now)
+
+    def on_trim(self, nbytes: int, now: float, last_hop: bool,
+                rtt_s: float | None = None, retransmitted: bool = False) -> None:
+        """A NACK TRIMMED / TRIMMED_LASTHOP for ``nbytes`` [UEC] NSCC.OnNACK.
+
+        MRC has no receiver-credit CC, so last-hop trims cut the window as
+        well (UEC exempts them only when RCCC is running).
+        """
+        _check_bytes("nbytes", nbytes)
+        self.counters.trim_count += 1
+        self.counters.last_hop_trim_count += int(last_hop)
+        self._inflight -= nbytes
+        sample = self._rtt_sample(rtt_s, 0.0, retransmitted)
+        if sample is not None:
+            self._update_base_rtt(sample)
+        # A trim means a queue hit its trim threshold: about one config
+        # base RTT of queueing [UEC] ("update_delay(config_base_rtt)").
+        self._record_delay(self._cfg.base_rtt_s, now)
+        self._bytes_ignored += nbytes
+        self._trigger_qa = True
+        # Trimmed packets count as ECN-marked so they fall into the
+        # post-QA ignore phase too [UEC].
+        if not self._quick_adapt(now, is_loss=True, ecn=True, delay=0.0):
+            self._set_cwnd(self._cwnd - nbytes)
+
+    def on_loss(self, nbytes: int, now: float) -> None:
+        """Inferred loss (timeout) of ``nbytes`` [UEC] NSCC.OnInferredLoss.
+
+        No quick adapt here, as in UEC: MRC reads an untrimmed loss as a
+        failed path, not congestion [P1 §2.1 in the reference].
+        """
+        _check_bytes("nbytes", nbytes)
+        self.counters.loss_count += 1
+        self._set_cwnd(self._cwnd - nbytes)
+        self._bytes_ignored += nbytes
+        self._inflight -= nbytes
+
+    def on_receiver_penalty(self, pen: int, now: float, acked_bytes: int = 0,
+                            restore: bool = False) -> bool:
+        """Apply a SACK's ``rcv_cwnd_pen`` / ``restore_cwnd`` on its own.
+
+        ``on_ack`` already does this for SACKs; use this for penalty-only
+        updates. ``acked_bytes`` are the bytes that SACK acknowledged (already
+        taken off ``inflight``). Returns whether the receiver limits the
+        window (pen > 0).
+        """
+        _check_penalty(pen)
+        _check_bytes("acked_bytes", acked_bytes)
+        return self._apply_penalty(pen, restore, acked_bytes)
+
+    # -- internals: bookkeeping ------------------------------------------------
+
+    def _bounded(self, cwnd: float) -> float:
+        return min(max(cwnd, float(self._cfg.mtu)), self._max_wnd)
+
+    def _set_cwnd(self, cwnd: float) -> None:
+        self._cwnd = self._bounded(cwnd)
+
+    def _count_delivery(self, acked_bytes: int) -> None:
+        self.counters.acks += 1
+        self.counters.acked_bytes += acked_bytes
+        # Signed on purpose [UEC]: rounding of the received-bytes clock and
+        # reordering may take inflight slightly below zero.
+        self._inflight -= acked_bytes
+        self._bytes_ignored += acked_bytes
+        self._received_bytes += acked_bytes
+        self._achieved_bytes += acked_bytes
+
+    def _rtt_sample(self, rtt_s: float | None, service_time_s: float,
+                    retransmitted: bool) -> float | None:
+        if rtt_s is None or retransmitted:
+            self.counters.invalid_rtt_samples += 1
+            return None
+        # The responder's own service time is not network queueing (SVC_TIME).
+        return rtt_s - service_time_s
+
+    def _update_base_rtt(self, sample: float) -> None:
+        if sample >= self._base_rtt:
+            return
+        self._base_rtt = max(sample, self._base_rtt_floor)
+        # [UEC] rescales MaxWnd to 1.5 x linkspeed x base_rtt; MRC has no link
+        # rate, so scale max_cwnd by the same RTT ratio.
+        ratio = self._base_rtt / self._cfg.base_rtt_s
+        self._max_wnd = max(float(self._cfg.mtu), self._cfg.max_cwnd * ratio)
+        self._set_cwnd(self._cwnd)
+
+    def _record_delay(self, delay: float, now: float) -> None:
+        # [UEC] leaves the average to the implementation ("average delay
+        # over the last base_rtt"); a sliding time window keeps it meaningful
+        # at emulated rates with only a handful of ACKs per RTT.
+        self._delays.append((now, delay))
+        self._delay_sum += delay
+        horizon = now - self._base_rtt
+        while len(self._delays) > 1 and self._delays[0][0] < horizon:
+            self._delay_sum -= self._delays.popleft()[1]
+
+    # -- internals: the control law ----------------------------------------------
+
+    def _react(self, acked_bytes: int, delay: float, ecn: bool,
+               receiver_limited: bool, now: float) -> None:
+        below_target = delay < self._cfg.target_delay_s
+        if not ecn and not below_target and not receiver_limited:
+            self._fair_increase(acked_bytes)
+        elif not ecn and below_target and not receiver_limited:
+            self._proportional_increase(acked_bytes, delay)
+        elif ecn and not below_target:
+            self._multiplicative_decrease(now)
+        elif ecn:
+            # Early congestion only: let EV load balancing react first [UEC].
+            self.counters.hold_count += 1
+
+    def _fair_increase(self, acked_bytes: int) -> None:
+        self.counters.fair_inc_count += 1
+        self._inc_bytes += self._cfg.fi * acked_bytes
+
+    def _proportional_increase(self, acked_bytes: int, delay: float) -> None:
+        if self._fast_increase(acked_bytes, delay):
+            return
+        self.counters.prop_inc_count += 1
+        headroom = self._cfg.target_delay_s - delay
+        self._inc_bytes += self._cfg.alpha * acked_bytes * headroom
+
+    def _fast_increase(self, acked_bytes: int, delay: float) -> bool:
+        if delay >= self._fi_delay_threshold:
+            self._near_zero_bytes = 0
+            self._fast_increase_active = False
+            return False
+        self._near_zero_bytes += acked_bytes
+        # Exponential growth only once a whole window saw an empty network.
+        if self._near_zero_bytes > self._cwnd or self._fast_increase_active:
+            self._set_cwnd(self._cwnd + acked_bytes * self._cfg.fi_scale)
+            self._fast_increase_active = True
+            self.counters.fi_count += 1
+            return True
+        self._fast_increase_active = False
+        return False
+
+    def _multiplicative_decrease(self, now: float) -> None:
+        self._fast_increase_active = False
+        self._near_zero_bytes = 0
+        avg = self.avg_delay
+        target = self._cfg.target_delay_s
+        if avg <= target or now - self._last_dec_time <= self._base_rtt:
+            return
+        # Cut by the fraction of the queue above target, so that all senders
+        # doing the same drain it in about one RTT; never more than one
+        # max_md_jump step per base RTT.
+        factor = max(1.0 - self._cfg.gamma * (avg - target) / avg, self._cfg.max_md_jump)
+        self._set_cwnd(self._cwnd * factor)
+        self._last_dec_time = now
+        self.counters.md_count += 1
+
+    def _quick_adapt(self, now: float, is_loss: bool, ecn: bool, delay: float) -> bool:
+        """[UEC] quick_adapt; True when the caller must skip its cwnd update."""
+        if self._cfg.disable_qa:
+            return False
+        skip = False
+        if self._bytes_ignored < self._bytes_to_ignore and ecn:
+            # Feedback from packets already queued when QA fired would
+            # otherwise trigger a second, redundant cut.
+            self.counters.ignored_feedback += 1
+            skip = True
+        elif self._qa_endtime is None or now >= self._qa_endtime:
+            if self._qa_endtime is not None and self._qa_wanted(is_loss, delay):
+                self._set_cwnd(self._achieved_bytes)
+                self._bytes_to_ignore = self._inflight
+                self._bytes_ignored = 0
+                self._trigger_qa = False
+                self.counters.qa_count += 1
+                skip = True
+            self._achieved_bytes = 0
+            self._qa_endtime = now + self._base_rtt + self._cfg.target_delay_s
+        if skip:
+            self._inc_bytes = 0.0
+            self._received_bytes = 0
+        return skip
+
+    def _qa_wanted(self, is_loss: bool, delay: float) -> bool:
+        signalled = self._trigger_qa or is_loss or delay > self._cfg.qa_threshold_s
+        # Only a collapse in delivered bytes justifies jumping the window.
+        gate = int(self._max_wnd) >> self._cfg.qa_gate
+        return signalled and self._achieved_bytes < gate
+
+    def _adjustment_due(self, now: float) -> bool:
+        return (now - self._last_adjust_time >= self._cfg.adjust_period_threshold_s
+                or self._received_bytes > self._cfg.adjust_bytes_threshold)
+
+    def _fulfill_adjustment(self, now: float) -> None:
+        # Increases accumulate as bytes^2 and are divided by cwnd once, so
+        # every sender gains the same bytes per RTT whatever its window.
+        cwnd = self._cwnd + self._inc_bytes / self._cwnd
+        if now - self._last_adjust_time >= self._cfg.adjust_period_threshold_s:
+            self._last_adjust_time = now
+            cwnd += self._cfg.eta
+        self._set_cwnd(cwnd)
+        self._inc_bytes = 0.0
+        self._received_bytes = 0
+        self.counters.adjust_count += 1
+
+    def _apply_penalty(self, pen: int, restore: bool, acked_bytes: int) -> bool:
+        """[UEC] apply_cwnd_penalty (destination flow control, §3.6.13.2)."""
+        if pen > 0:
+            if self._saved_cwnd is None:
+                self._saved_cwnd = self._cwnd
+                # UEC clamps cwnd to inflight; doing it on every ACK (with
+                # inflight already reduced) would collapse any window to one
+                # MTU within an RTT, contradicting its own "64 for one RTT
+                # halves cwnd". Clamp once, on entry, to what was in use
+                # before this ACK, so an idle window cannot dodge the penalty.
+                in_use = self._inflight + acked_bytes
+                self._set_cwnd(min(self._cwnd, in_use))
+            window_decrease = (pen * acked_bytes) >> RCV_CWND_PEN_SHIFT
+            self._set_cwnd(self._cwnd - window_decrease)
+            self.counters.penalty_count += 1
+            return True
+        if restore and self._saved_cwnd is not None:
+            self._set_cwnd(self._saved_cwnd)
+            self._saved_cwnd = None
+            self.counters.restore_count += 1
+        return False
+
+
+# --------------------------------------------------------------------------
+# Disabled CC
+# --------------------------------------------------------------------------
+
+
+class NullCc:
+    """CC disabled (NULL profile): tracks inflight for stats, never limits."""
+
+    def __init__(self) -> None:
+        self.counters = NsccCounters()
+        self._inflight = 0
+
+    @property
+    def cwnd(self) -> float:
+        return math.inf
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def stats(self) -> dict[str, float | int | bool | None]:
+        state: dict[str, float | int | bool | None] = {
+            "cwnd": math.inf, "inflight": self._inflight}
+        state.update(asdict(self.counters))
+        return state
+
+    def can_send(self, nbytes: int) -> bool:
+        return True
+
+    def on_send(self, nbytes: int, now: float) -> None:
+        _check_bytes("nbytes", nbytes)
+        self._inflight += nbytes
+        self.counters.sent_bytes += nbytes
+
+    def ack_request(self, ack_gen_trigger: int = 0) -> bool:
+        return False
+
+    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float,
+               service_time_s: float = 0.0, retransmitted: bool = False,
+               rcv_cwnd_pen: int = 0, restore_cwnd: bool = False) -> None:
+        _check_bytes("acked_bytes", acked_bytes)
+        self._inflight -= acked_bytes
+        self.counters.acks += 1
+        self.counters.acked_bytes += acked_bytes
+
+    def on_trim(self, nbytes: int, now: float, last_hop: bool,
+                rtt_s: float | None = None, retransmitted: bool = False) -> None:
+        _check_bytes("nbytes", nbytes)
+        self._inflight -= nbytes
+        self.counters.trim_count += 1
+        self.counters.last_hop_trim_count += int(last_hop)
+
+    def on_loss(self, nbytes: int, now: float) -> None:
+        _check_bytes("nbytes", nbytes)
+        self._inflight -= nbytes
+        self.counters.loss_count += 1
+
+    def on_receiver_penalty(self, pen: int, now: float, acked_bytes: int = 0,
+                            restore: bool = False) -> bool:
+        _check_penalty(pen)
+        return False
+
+
+def make_cc(profile: CcProfile, now: float = 0.0, initial_cwnd: int | None = None,
+            base_rtt_floor_s: float | None = None) -> Nscc | NullCc:
+    """The controller a QPCC bound to ``profile`` runs."""
+    if not profile.enabled:
+        return NullCc()
+    assert profile.nscc is not None  # guaranteed by CcProfile validation
+    return Nscc(profile.nscc, now=now, initial_cwnd=initial_cwnd,
+                base_rtt_floor_s=base_rtt_floor_s)
+
+
+__all__ = [
+    "NSCC_ALGORITHM", "CcProfile", "CongestionControl", "NsccConfig",
+    "NsccConfigError", "NsccCounters", "Nscc", "NullCc", "make_cc",
+    "rtt_sample_is_unambiguous",
+]
