@@ -9,6 +9,7 @@ datapath, offloaded checksums are never filled in and TCP stalls).
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import socket
 import struct
@@ -24,26 +25,29 @@ ETHTOOL_STXCSUM = 0x17
 RT_TABLE_LOCAL = 255
 NUD_PERMANENT = 0x80
 
-# Quiet ports: no router solicitations, DAD or MLD chatter on the fabric,
-# so per-plane packet counters only move for traffic we send.
-QUIET_SYSCTLS = {'accept_ra': 0, 'router_solicitations': 0, 'accept_dad': 0,
-                 'dad_transmits': 0, 'mldv1_unsolicited_report_interval': 0,
-                 'mldv2_unsolicited_report_interval': 0}
+# Set as the namespace's defaults before its ports exist, so that ports come
+# up as routers with no DAD, router solicitation or late multicast-listener
+# chatter: per-plane packet counters then move only for traffic we send.
+PORT_DEFAULTS = {'forwarding': 1, 'seg6_enabled': 1, 'accept_ra': 0,
+                 'router_solicitations': 0, 'accept_dad': 0,
+                 'dad_transmits': 0}
+
+
+def prepare_namespace(pid: int) -> None:
+    """Call before the host's links are made."""
+    with inside(pid):
+        for key, value in PORT_DEFAULTS.items():
+            write_sysctl('net.ipv6.conf.default.' + key, value)
+            write_sysctl('net.ipv6.conf.all.' + key, value)
 
 
 def plumb_host(pid: int, ports: list[HostPort]) -> None:
-    with inside(pid):
-        for key, value in {'all.seg6_enabled': 1, 'all.forwarding': 1,
-                           'all.accept_ra': 0}.items():
-            write_sysctl('net.ipv6.conf.' + key, value)
-        with IPRoute() as ipr:
-            for port in ports:
-                _plumb_port(ipr, port)
+    with inside(pid), IPRoute() as ipr:
+        for port in ports:
+            _plumb_port(ipr, port)
 
 
 def _plumb_port(ipr: IPRoute, port: HostPort) -> None:
-    for key, value in dict(QUIET_SYSCTLS, seg6_enabled=1).items():
-        write_sysctl('net.ipv6.conf.%s.%s' % (port.intf, key), value)
     idx = ipr.link_lookup(ifname=port.intf)[0]
     ipr.link('set', index=idx, address=port.mac, state='up')
     ipr.addr('add', index=idx, address=port.address, prefixlen=64,
@@ -64,14 +68,7 @@ def _block_prefix(plane: int) -> str:
 
 def tx_checksum_off(ifname: str) -> None:
     """ethtool -K <ifname> tx off, as one ioctl in the current netns."""
-    value = struct.pack('II', ETHTOOL_STXCSUM, 0)
-    buf = bytearray(value)
-    ifreq = struct.pack('16sP', ifname.encode(),
-                        ctypes_address(buf))
+    cmd = ctypes.create_string_buffer(struct.pack('II', ETHTOOL_STXCSUM, 0))
+    ifreq = struct.pack('16sP', ifname.encode(), ctypes.addressof(cmd))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifreq)
-
-
-def ctypes_address(buf: bytearray) -> int:
-    import ctypes
-    return ctypes.addressof(ctypes.c_char.from_buffer(buf))

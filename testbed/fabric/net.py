@@ -23,17 +23,25 @@ from pathlib import Path
 
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-from mininet.node import RemoteController
+from mininet.node import Host, RemoteController
 
 from testbed.fabric import ovs
 from testbed.fabric.features import ovs_datapath
-from testbed.fabric.host_plumbing import plumb_host
+from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.netns import write_sysctl
 from testbed.fabric.topo_spec import TopoSpec
 from testbed.fabric.usid_plan import FabricPlan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FLOW_INSTALL_TIMEOUT_S = 60.0
+
+
+class FabricHost(Host):
+    """A Mininet host whose namespace is made quiet before its ports exist."""
+
+    def startShell(self, *args, **kwargs) -> None:
+        super().startShell(*args, **kwargs)
+        prepare_namespace(self.pid)
 
 
 class FabricError(RuntimeError):
@@ -72,7 +80,8 @@ class FabricNet:
         port = self._start_controller()
         switch = partial(ovs.FabricSwitch, datapath=self.datapath, failMode='secure',
                          protocols='OpenFlow13', batch=True)
-        self.net = Mininet(topo=self.topo, switch=switch, controller=partial(
+        self.net = Mininet(topo=self.topo, switch=switch, host=FabricHost,
+                          controller=partial(
             RemoteController, ip='127.0.0.1', port=port), autoSetMacs=False)
         self.net.start()
         ovs.tag_links(self._root_links())
@@ -83,6 +92,14 @@ class FabricNet:
         self._plumb_hosts()
         t3 = time.monotonic()
         self.timings.update(build_s=t1 - t0, flows_s=t2 - t1, plumbing_s=t3 - t2)
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        """Bring the link between two nodes down or up (both ends), as
+        Mininet's `link a b down` does. Flow tables are not touched."""
+        assert self.net is not None
+        if not self.net.linksBetween(self.net[a], self.net[b]):
+            raise FabricError('no link between %s and %s' % (a, b))
+        self.net.configLinkStatus(a, b, 'up' if up else 'down')
 
     def _root_links(self) -> list[str]:
         """Switch ports and bridge taps: our links in the root netns."""

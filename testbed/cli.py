@@ -1,0 +1,143 @@
+"""The `mrc-testbed` command."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print('interrupted', file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog='mrc-testbed', description='Emulation testbed for MRC over '
+        'multi-plane SRv6 fabrics of Open vSwitch bridges.')
+    sub = parser.add_subparsers(required=True, metavar='COMMAND')
+    doctor = sub.add_parser('doctor', help='what this machine can emulate')
+    doctor.add_argument('--json', action='store_true')
+    doctor.set_defaults(func=cmd_doctor)
+    verify = sub.add_parser('verify', help='build a fabric and probe every '
+                            'path and plane isolation')
+    verify.add_argument('--topo', default=None, metavar='SPEC',
+                        help='e.g. fattree,k=4,planes=2 or '
+                        'leafspine,leaves=4,spines=4,hosts=2,planes=4')
+    verify.add_argument('--down', action='append', default=[],
+                        metavar='A-B', help='take this link down first '
+                        '(repeatable), e.g. p1a0x0-p1c0')
+    verify.add_argument('--json', action='store_true')
+    verify.set_defaults(func=cmd_verify)
+    clean = sub.add_parser('clean', help='remove everything of ours from '
+                           'this machine (after a crash or kill)')
+    clean.set_defaults(func=cmd_clean)
+    return parser
+
+
+def _usage_error(message: str) -> int:
+    print('mrc-testbed: error: %s' % message, file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _need_root(what: str) -> int | None:
+    if os.geteuid() != 0:
+        return _usage_error('%s needs root: it creates network namespaces, '
+                            'veth links, OVS bridges and routes' % what)
+    return None
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from testbed.fabric.features import all_features
+    features = all_features()
+    if args.json:
+        print(json.dumps([f.__dict__ for f in features], indent=2))
+        return EXIT_OK
+    for f in features:
+        mark = 'yes' if f.present else 'NO '
+        print('%-28s %s  %s' % (f.name, mark, f.detail))
+        if not f.present:
+            print('%-28s      without it: %s' % ('', f.without))
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from testbed.fabric.topo_spec import (DEFAULT_SPEC, TopoSpecError,
+                                          parse_topo_spec)
+    try:
+        spec = parse_topo_spec(args.topo or DEFAULT_SPEC)
+        down = [_link_arg(text) for text in args.down]
+    except (TopoSpecError, ValueError) as err:
+        return _usage_error(str(err))
+    if (code := _need_root('verify')) is not None:
+        return code
+    from testbed.fabric.net import FabricError
+    from testbed.fabric.verify import verify
+    if not args.json:
+        print('building %s ...' % spec, file=sys.stderr)
+    try:
+        report = verify(spec, down)
+    except FabricError as err:
+        return _usage_error(str(err))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        _print_verify(report)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _link_arg(text: str) -> tuple[str, str]:
+    a, sep, b = text.partition('-')
+    if not sep or not a or not b:
+        raise ValueError('--down %r: expected NODE-NODE, e.g. p1a0x0-p1c0'
+                         % text)
+    return a, b
+
+
+def _print_verify(report) -> None:
+    t = report.timings
+    print('topology       %s (%s datapath)' % (report.topo, report.datapath))
+    print('host pairs     %d' % report.pairs)
+    print('paths          %d ok of %d (%d probes sent)' % (
+        report.paths_ok, report.paths_total, report.probes_sent))
+    print('isolation      %s' % ('ok: no packet of one plane reached a '
+                                 'switch of another' if report.isolation_ok
+                                 else 'VIOLATED'))
+    for leak in report.isolation_leaks:
+        print('               %s' % leak)
+    for path in report.failed_paths[:20]:
+        print('failed         %s -> %s plane %d via %s' % (
+            path['src'], path['dst'], path['plane'],
+            ' '.join(path['switches'])))
+    if len(report.failed_paths) > 20:
+        print('               ... and %d more' % (len(report.failed_paths) - 20))
+    print('times          build %.2f s, flows %.2f s, plumbing %.2f s, '
+          'probes %.2f s, teardown %.2f s' % (
+              t['build_s'], t['flows_s'], t['plumbing_s'], t['probe_s'],
+              t['teardown_s']))
+    print('result         %s' % ('PASS' if report.ok else 'FAIL'))
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    if (code := _need_root('clean')) is not None:
+        return code
+    from testbed.fabric.clean import clean, leftovers
+    removed = clean()
+    print('removed: ' + ', '.join('%d %s' % (n, kind)
+                                  for kind, n in removed.items()))
+    left = {k: v for k, v in leftovers().items() if v}
+    if left:
+        print('still present: %s' % left, file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+if __name__ == '__main__':
+    sys.exit(main())
