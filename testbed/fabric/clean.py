@@ -23,8 +23,9 @@ WORKDIR_GLOB = '/tmp/mrc-fabric-*'
 OUR_LINK_NAME = re.compile(r'^p\d+(c\d+|[ae]\d+x\d+|[ls]\d+)(-eth\d+)?$')
 
 
-def our_pids() -> list[int]:
-    pids = []
+def our_processes() -> dict[int, str]:
+    """pid -> command line of every process of ours."""
+    found = {}
     for entry in os.listdir('/proc'):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
@@ -34,8 +35,12 @@ def our_pids() -> list[int]:
         except OSError:
             continue
         if any(mark in cmdline for mark in OUR_PROCESSES):
-            pids.append(int(entry))
-    return pids
+            found[int(entry)] = cmdline.strip()
+    return found
+
+
+def our_pids() -> list[int]:
+    return list(our_processes())
 
 
 def kill_processes() -> int:
@@ -83,7 +88,7 @@ def our_links() -> list[str]:
 
 def leftovers() -> dict[str, list]:
     """Everything of ours still on the machine (empty lists = spotless)."""
-    return {'processes': our_pids(), 'bridges': ovs.list_bridges(ours_only=True),
+    return {'processes': ['%d %s' % kv for kv in our_processes().items()], 'bridges': ovs.list_bridges(ours_only=True),
             'links': our_links(), 'netns': our_netns(),
             'nft_tables': our_nft_tables(), 'workdirs': glob.glob(WORKDIR_GLOB)}
 

@@ -28,9 +28,12 @@ NUD_PERMANENT = 0x80
 # Set as the namespace's defaults before its ports exist, so that ports come
 # up as routers with no DAD, router solicitation or late multicast-listener
 # chatter: per-plane packet counters then move only for traffic we send.
+# The multicast-listener reports that adding an address triggers still go
+# out, but within milliseconds instead of spread over a second.
 PORT_DEFAULTS = {'forwarding': 1, 'seg6_enabled': 1, 'accept_ra': 0,
                  'router_solicitations': 0, 'accept_dad': 0,
-                 'dad_transmits': 0}
+                 'dad_transmits': 0, 'mldv1_unsolicited_report_interval': 1,
+                 'mldv2_unsolicited_report_interval': 1}
 
 
 def prepare_namespace(pid: int) -> None:

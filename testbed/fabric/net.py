@@ -152,7 +152,8 @@ class FabricNet:
             _kill_group(self.controller)
             self.controller = None
         if self.net is not None:
-            _kill_nodes(self.net.hosts + self.net.switches)
+            _kill_nodes(self.net.hosts + self.net.switches +
+                        self.net.controllers)
             ovs.delete_bridges([s.name for s in self.net.switches],
                                self.datapath)
             self.net = None

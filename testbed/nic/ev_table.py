@@ -507,6 +507,14 @@ class EvTable:
             ev.probes_sent += 1
         return due
 
+    def next_probe_due(self) -> float | None:
+        """When probes_due() will next return something (None: nothing to probe).
+
+        Lets a sans-IO caller sleep until then instead of polling; O(EVs being probed)."""
+        times = [ev.next_probe_s for ev in self._probing.values()
+                 if ev.next_probe_s is not None and ev.plane in self._planes_up]
+        return min(times) if times else None
+
     def on_probe_result(self, ev_id: int, ok: bool, verdict_skip: bool = False,
                         now: float | None = None) -> bool:
         """Result of a probe on this EV (ok=False also for a probe that timed out)."""

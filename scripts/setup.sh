@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Set up everything mrc-testbed needs on Debian 12 / Ubuntu 24.04 (as root),
+# then optionally run something:
+#   bash scripts/setup.sh          set up only
+#   bash scripts/setup.sh run      set up, then run the main job
+#   bash scripts/setup.sh test     set up, then run the test suite
+#   bash scripts/setup.sh bench    set up, then run the benchmarks
+# Idempotent, and quick when everything is already in place.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv="$repo/.venv"
+apt_packages=(mininet openvswitch-switch iproute2 nftables ethtool tcpdump
+              iputils-ping procps psmisc kmod python3-venv python3-pip)
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  say "run as root: the testbed creates namespaces, veths and OVS bridges"
+  exit 2
+fi
+
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
+    || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Debian's mininet imports only under the system python, so the venv sees
+# the system site-packages and takes everything else from PyPI, pinned.
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating $venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+stamp="$venv/.requirements.sha256"
+want=$(cat "$repo/requirements.txt" "$repo/setup.py" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing Python dependencies"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$repo/requirements.txt" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e "$repo"
+  echo "$want" > "$stamp"
+fi
+
+# No systemd on minimal machines and containers: start OVS ourselves.
+if ! ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1 \
+   || ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
+  say "starting Open vSwitch"
+  /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
+  ovs-vsctl --timeout=10 show >/dev/null
+fi
+
+cd "$repo"
+case "${1:-}" in
+  "") ;;
+  run)   shift; exec "$venv/bin/mrc-testbed" verify --topo fattree,k=4,planes=2 "$@" ;;
+  test)  shift; exec "$venv/bin/python" -m pytest tests "$@" ;;
+  bench) shift; exec "$venv/bin/python" bench/fabric_build.py "$@" ;;
+  *) say "unknown action '$1' (run, test or bench)"; exit 2 ;;
+esac

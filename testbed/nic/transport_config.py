@@ -1,0 +1,84 @@
+"""Transport knobs of a queue pair that the public MRC record leaves to the implementation.
+
+docs/transport.md lists every choice with its reasoning and points here. EV-table choices
+(SKIP duration, probe interval, probes to resurrect, backup promotion) live in
+`testbed.nic.ev_table.EvTableConfig`, which a QP receives as its EV profile; congestion-control
+choices live in `testbed.nic.nscc`. Everything else is here, so a scenario can change any of
+them per QP without touching the code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+Transport = Literal["mrc", "rc", "ecmp"]
+TRANSPORTS: tuple[Transport, ...] = ("mrc", "rc", "ecmp")
+
+
+@dataclass(frozen=True, slots=True)
+class TransportConfig:
+    """Per-QP transport parameters (see docs/transport.md for the why of each default).
+
+    Segmentation
+      mtu: path MTU in bytes; payload per packet is wire.max_payload(mtu) (1368 B at 1500).
+
+    Feedback (responder)
+      ack_every: coalesce SACKs for in-order arrivals: one SACK per this many packets.
+      ack_delay_s: a pending (coalesced) SACK leaves at most this long after the first
+        packet it covers, so a trickle of packets is never left unacknowledged.
+      sack_on_message_end: SACK at once on the LAST/ONLY packet of a WRITE.
+      skip_queueing_target_s: one-way queueing delay (packet age at arrival minus the
+        smallest age seen on the QP; hosts share a clock in emulation) above which the
+        verdict for that packet's EV is SKIP_ONCE. None disables the delay signal; an ECN
+        CE mark reported by the runtime always yields SKIP_ONCE.
+      always_skip_after: this many consecutive SKIP_ONCE-worthy packets on one EV make the
+        verdict ALWAYS_SKIP (the path is persistently bad, not merely busy).
+      reverse_paths_per_plane: size of the responder's reverse EV set per plane.
+
+    Recovery (requester)
+      reorder_threshold: a PSN is declared lost once a PSN this far above it was SACKed
+        (FACK-style duplicate threshold); at most one such fast retransmit per hole.
+      packet_timeout_s: per-packet timer (MRC and ECMP); None = the QP ACK timeout.
+      probe_timeout_s: a reliability probe unanswered this long failed; None = packet timeout.
+      timestamps: carry a TSETH TX timestamp in data packets and probes (RTT via ts_echo).
+      ack_request_on_message_end: set ACK_REQUEST on the last packet of each WRITE.
+    """
+
+    mtu: int = 1500
+    ack_every: int = 2
+    ack_delay_s: float = 50e-6
+    sack_on_message_end: bool = True
+    skip_queueing_target_s: float | None = 1e-3
+    always_skip_after: int = 8
+    reverse_paths_per_plane: int = 2
+    reorder_threshold: int = 3
+    packet_timeout_s: float | None = None
+    probe_timeout_s: float | None = None
+    timestamps: bool = True
+    ack_request_on_message_end: bool = True
+
+    def __post_init__(self) -> None:
+        for problem in self._problems():
+            raise ValueError(f"TransportConfig: {problem}")
+
+    def _problems(self) -> Iterator[str]:
+        if self.mtu < 200:
+            yield f"mtu must be >= 200, got {self.mtu}"
+        if self.ack_every < 1:
+            yield f"ack_every must be >= 1, got {self.ack_every}"
+        if not self.ack_delay_s >= 0:
+            yield f"ack_delay_s must be >= 0, got {self.ack_delay_s}"
+        if self.skip_queueing_target_s is not None and not self.skip_queueing_target_s > 0:
+            yield f"skip_queueing_target_s must be > 0 or None, got {self.skip_queueing_target_s}"
+        if self.always_skip_after < 1:
+            yield f"always_skip_after must be >= 1, got {self.always_skip_after}"
+        if self.reverse_paths_per_plane < 1:
+            yield f"reverse_paths_per_plane must be >= 1, got {self.reverse_paths_per_plane}"
+        if self.reorder_threshold < 1:
+            yield f"reorder_threshold must be >= 1, got {self.reorder_threshold}"
+        for name in ("packet_timeout_s", "probe_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                yield f"{name} must be > 0 or None, got {value}"

@@ -1,0 +1,83 @@
+"""The `mrc-testbed` command and stock Mininet, as a user runs them."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.fabric.clean import leftovers
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, '-m', 'testbed.cli']
+
+
+def run(*args, timeout=300):
+    return subprocess.run(CLI + list(args), capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def spotless():
+    return {k: v for k, v in leftovers().items() if v} == {}
+
+
+def test_verify_json_and_exit_status():
+    ok = run('verify', '--topo', 'leafspine,leaves=2,spines=2,hosts=2,planes=2',
+             '--json')
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report['ok'] and report['paths_ok'] == report['paths_total'] == 40
+    assert set(report['timings']) >= {'build_s', 'flows_s', 'plumbing_s',
+                                      'probe_s', 'teardown_s'}
+    failed = run('verify', '--topo', 'leafspine,leaves=2,spines=2,hosts=2,'
+                 'planes=2', '--down', 'p1l0-p1s0', '--json')
+    assert failed.returncode == 1
+    report = json.loads(failed.stdout)
+    # h1,h2 on leaf 0 <-> h3,h4 on leaf 1 through spine 0 of plane 1.
+    assert report['paths_total'] - report['paths_ok'] == 8
+    assert spotless()
+
+
+def test_bad_input_is_refused_before_anything_is_built():
+    for args in (['verify', '--topo', 'fattree,k=3'],
+                 ['verify', '--topo', 'mesh'],
+                 ['verify', '--down', 'p1a0x0']):
+        result = run(*args)
+        assert result.returncode == 2
+        assert result.stderr.startswith('mrc-testbed: error: ')
+    missing = run('verify', '--topo', 'leafspine,leaves=1,spines=1,hosts=1',
+                  '--down', 'h1-p1s0')
+    assert missing.returncode == 2 and 'no link between' in missing.stderr
+    assert spotless()
+
+
+def test_clean_after_sigkill_leaves_a_spotless_machine():
+    proc = subprocess.Popen(CLI + ['verify', '--topo', 'fattree,k=4,planes=2'],
+                            cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not leftovers()['bridges']:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not spotless()             # the kill really left debris
+    result = run('clean')
+    assert result.returncode == 0, result.stderr
+    assert spotless()
+    again = run('verify', '--topo', 'leafspine,leaves=2,spines=1,hosts=1')
+    assert again.returncode == 0     # and the next run works
+
+
+def test_stock_mininet_builds_our_topology():
+    result = subprocess.run(
+        ['mn', '--custom', str(REPO / 'topologies/leafspine.py'),
+         '--topo', 'leafspine,leaves=2,spines=2,hosts=1,planes=2',
+         '--switch', 'ovs,datapath=user', '--controller', 'none',
+         '--test', 'none'], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '*** Adding switches:\np1l0 p1l1 p1s0 p1s1 p2l0 p2l1 p2s0 p2s1' \
+        in result.stderr
+    subprocess.run(['mn', '-c'], capture_output=True, timeout=300)
+    assert spotless()

@@ -1,0 +1,67 @@
+"""The Topo classes: shape, names, plane separation (no root needed)."""
+import pytest
+
+from topologies.fattree import MultiPlaneFatTree
+from topologies.leafspine import MultiPlaneLeafSpine
+
+
+def plane_of(topo, switch):
+    return topo.nodeInfo(switch)['plane']
+
+
+@pytest.mark.parametrize('k,planes', [(4, 1), (4, 2), (6, 3), (8, 2)])
+def test_fattree_counts(k, planes):
+    topo = MultiPlaneFatTree(k=k, planes=planes)
+    per_plane = (k // 2) ** 2 + k * k      # core + agg + edge
+    assert len(topo.hosts()) == k ** 3 // 4
+    assert len(topo.switches()) == per_plane * planes
+    # per plane: host links + edge-agg + agg-core, each k**3/4
+    assert len(topo.links()) == 3 * k ** 3 // 4 * planes
+
+
+def test_leafspine_counts():
+    topo = MultiPlaneLeafSpine(leaves=4, spines=3, hosts=2, planes=4)
+    assert len(topo.hosts()) == 8
+    assert len(topo.switches()) == 7 * 4
+    assert len(topo.links()) == (4 * 3 + 8) * 4
+
+
+@pytest.mark.parametrize('topo', [MultiPlaneFatTree(k=4, planes=3),
+                                  MultiPlaneLeafSpine(planes=3)])
+def test_planes_share_no_switch_and_hosts_have_one_port_per_plane(topo):
+    for a, b in topo.links():
+        if a in topo.switches() and b in topo.switches():
+            assert plane_of(topo, a) == plane_of(topo, b)
+    for host in topo.hosts():
+        planes = sorted(plane_of(topo, sw) for sw in topo.g[host])
+        assert planes == [1, 2, 3]
+
+
+def test_names_show_the_plane():
+    topo = MultiPlaneFatTree(k=4, planes=2)
+    for sw in topo.switches():
+        assert sw.startswith('p%d' % plane_of(topo, sw))
+    for a, b, info in topo.links(withInfo=True):
+        if a.startswith('h'):
+            assert info['intfName1'] == '%s-p%d' % (a, plane_of(topo, b))
+
+
+def test_dpids_unique():
+    topo = MultiPlaneFatTree(k=8, planes=8)
+    dpids = [topo.nodeInfo(s)['dpid'] for s in topo.switches()]
+    assert len(set(dpids)) == len(dpids)
+
+
+@pytest.mark.parametrize('cls,kwargs', [
+    (MultiPlaneFatTree, {'k': 5}), (MultiPlaneFatTree, {'k': 2}),
+    (MultiPlaneFatTree, {'planes': 9}), (MultiPlaneLeafSpine, {'planes': 0}),
+    (MultiPlaneLeafSpine, {'spines': 0})])
+def test_bad_parameters_refused(cls, kwargs):
+    with pytest.raises(ValueError):
+        cls(**kwargs)
+
+
+def test_bw_uses_tclink():
+    topo = MultiPlaneLeafSpine(planes=1, bw=20)
+    for _a, _b, info in topo.links(withInfo=True):
+        assert info['bw'] == 20.0 and info['cls'].__name__ == 'TCLink'
