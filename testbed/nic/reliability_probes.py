@@ -1,0 +1,54 @@
+"""Outstanding reliability probes of one QP: id allocation, answers and timeouts.
+
+A reliability probe is QP-scoped, consumes no PSN and elicits a SACK [P2 §II-C via
+mrc-reference §4.7]; the testbed carries a 24-bit probe id in the BTH PSN field and the SACK
+returns it as trigger PSN with PROBE_REPLY set (docs/wire-format.md §6.1). A probe unanswered
+within its timeout has failed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from testbed.nic.wire import PSN_MASK
+
+
+class ProbeTracker:
+    __slots__ = ("_pending", "_deadlines", "_next_id")
+
+    def __init__(self) -> None:
+        self._pending: dict[int, int] = {}            # probe id -> ev_id
+        self._deadlines: deque[tuple[float, int]] = deque()
+        self._next_id = 0
+
+    def issue(self, now: float, ev_id: int, timeout_s: float) -> int:
+        probe_id = self._next_id
+        self._next_id = (probe_id + 1) & PSN_MASK
+        self._pending[probe_id] = ev_id
+        self._deadlines.append((now + timeout_s, probe_id))   # constant timeout: FIFO order
+        return probe_id
+
+    def answered(self, probe_id: int) -> int | None:
+        """The EV a probe was sent on, once; None for an unknown or already settled id."""
+        return self._pending.pop(probe_id, None)
+
+    def expired(self, now: float) -> list[int]:
+        """EVs of probes whose timeout passed unanswered."""
+        failed = []
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, probe_id = deadlines.popleft()
+            ev_id = self._pending.pop(probe_id, None)
+            if ev_id is not None:
+                failed.append(ev_id)
+        return failed
+
+    def next_deadline(self) -> float | None:
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def clear(self) -> None:
+        self._pending.clear()
+        self._deadlines.clear()
+
+    def __len__(self) -> int:
+        return len(self._pending)
