@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.nic.wire import NackReason
+from testbed.nic.wire import NackReason, Verdict
 
 
 class QpCounters:
@@ -12,13 +12,14 @@ class QpCounters:
 
     __slots__ = (
         "packets_sent", "bytes_sent", "retransmitted_packets", "retransmitted_bytes",
-        "fast_retransmits", "packet_timeouts", "retry_timeouts", "go_back_n_rounds",
+        "fast_retransmits", "spurious_retransmits", "packet_timeouts", "retry_timeouts",
+        "go_back_n_rounds",
         "sacks_sent", "sacks_received", "nacks_sent", "nacks_received", "probes_sent",
         "probe_replies", "probe_timeouts", "ev_demotions", "packets_received",
-        "bytes_received", "duplicates_received", "out_of_order_received",
+        "bytes_received", "duplicates_received", "trimmed_received", "out_of_order_received",
         "stale_feedback", "dropped_not_ready", "requester_completions",
         "responder_completions", "completion_errors", "errors", "nacks_sent_by_reason",
-        "nacks_received_by_reason",
+        "nacks_received_by_reason", "sack_verdicts_sent", "sack_verdicts_received",
     )
 
     def __init__(self) -> None:
@@ -26,7 +27,17 @@ class QpCounters:
             setattr(self, name, 0)
         self.nacks_sent_by_reason = dict.fromkeys((r.name for r in NackReason), 0)
         self.nacks_received_by_reason = dict.fromkeys((r.name for r in NackReason), 0)
+        # Indexed by the verdict's wire value (a list: no hashing on the per-SACK path).
+        self.sack_verdicts_sent = [0] * len(Verdict)
+        self.sack_verdicts_received = [0] * len(Verdict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: (dict(value) if isinstance(value := getattr(self, name), dict) else value)
-                for name in self.__slots__}
+        out: dict[str, Any] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if isinstance(value, list):
+                value = {verdict.name: value[verdict] for verdict in Verdict}
+            elif isinstance(value, dict):
+                value = dict(value)
+            out[name] = value
+        return out

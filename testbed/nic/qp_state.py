@@ -209,7 +209,8 @@ def rts_attrs(attrs: Mapping[str, Any], default_sq_psn: int) -> RtsAttrs:
     timeout_s = attrs.get("timeout_s")
     if timeout_s is None:
         timeout_s = timeout_seconds(attrs["timeout"])
-    elif isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+    elif (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+          or not timeout_s > 0):
         raise QpError(f"timeout_s must be > 0 seconds, got {timeout_s!r}", field="timeout_s")
     sq_psn = attrs.get("sq_psn", default_sq_psn)
     _check_int("sq_psn", sq_psn, 0, PSN_MASK)

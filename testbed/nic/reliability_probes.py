@@ -3,7 +3,8 @@
 A reliability probe is QP-scoped, consumes no PSN and elicits a SACK [P2 §II-C via
 mrc-reference §4.7]; the testbed carries a 24-bit probe id in the BTH PSN field and the SACK
 returns it as trigger PSN with PROBE_REPLY set (docs/wire-format.md §6.1). A probe unanswered
-within its timeout has failed.
+within its timeout has failed -- unless a probe sent later on the same EV was answered first:
+the path worked more recently than that failure says, so it is stale and not reported.
 """
 
 from __future__ import annotations
@@ -14,33 +15,40 @@ from testbed.nic.wire import PSN_MASK
 
 
 class ProbeTracker:
-    __slots__ = ("_pending", "_deadlines", "_next_id")
+    __slots__ = ("_pending", "_deadlines", "_next_id", "_last_success_sent")
 
     def __init__(self) -> None:
-        self._pending: dict[int, int] = {}            # probe id -> ev_id
+        self._pending: dict[int, tuple[int, float]] = {}      # probe id -> (ev_id, sent at)
         self._deadlines: deque[tuple[float, int]] = deque()
         self._next_id = 0
+        self._last_success_sent: dict[int, float] = {}
 
     def issue(self, now: float, ev_id: int, timeout_s: float) -> int:
         probe_id = self._next_id
         self._next_id = (probe_id + 1) & PSN_MASK
-        self._pending[probe_id] = ev_id
+        self._pending[probe_id] = (ev_id, now)
         self._deadlines.append((now + timeout_s, probe_id))   # constant timeout: FIFO order
         return probe_id
 
     def answered(self, probe_id: int) -> int | None:
         """The EV a probe was sent on, once; None for an unknown or already settled id."""
-        return self._pending.pop(probe_id, None)
+        entry = self._pending.pop(probe_id, None)
+        if entry is None:
+            return None
+        ev_id, sent = entry
+        if sent > self._last_success_sent.get(ev_id, -1.0):
+            self._last_success_sent[ev_id] = sent
+        return ev_id
 
     def expired(self, now: float) -> list[int]:
-        """EVs of probes whose timeout passed unanswered."""
+        """EVs of probes whose timeout passed unanswered (stale failures left out)."""
         failed = []
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
             _, probe_id = deadlines.popleft()
-            ev_id = self._pending.pop(probe_id, None)
-            if ev_id is not None:
-                failed.append(ev_id)
+            entry = self._pending.pop(probe_id, None)
+            if entry is not None and entry[1] > self._last_success_sent.get(entry[0], -1.0):
+                failed.append(entry[0])
         return failed
 
     def next_deadline(self) -> float | None:
@@ -49,6 +57,7 @@ class ProbeTracker:
     def clear(self) -> None:
         self._pending.clear()
         self._deadlines.clear()
+        self._last_success_sent.clear()
 
     def __len__(self) -> int:
         return len(self._pending)

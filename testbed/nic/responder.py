@@ -28,7 +28,7 @@ from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp_counters import QpCounters
 from testbed.nic.qp_state import RtrAttrs
 from testbed.nic.receive_window import Arrival, ReceiveWindow
-from testbed.nic.routes import ReverseRoutes
+from testbed.nic.routes import FixedRoute, ReverseRoutes
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import (
     IMM_OPCODES,
@@ -132,6 +132,9 @@ class Responder:
 
     def _accept(self, now: float, pkt: DataPacket, index: int, ev_id: int, ecn: bool) -> None:
         if pkt.trim is not Trim.NONE:
+            self._counters.trimmed_received += 1
+            if not self._config.trim_nacks:
+                return                         # no TRIM_NACK capability: the packet is lost
             last_hop = pkt.trim is Trim.TRIMMED_LASTHOP
             self._nack(pkt, NackReason.TRIMMED_LASTHOP if last_hop else NackReason.TRIMMED, ev_id)
             return
@@ -257,6 +260,14 @@ class Responder:
                 self._queue_sack(self._last_trigger)
 
     @property
+    def reverse_routes(self) -> ReverseRoutes:
+        return self._reverse
+
+    def reverse_route(self) -> FixedRoute:
+        """The next reverse EV, for answers that are not SACK/NACK (EV probe replies)."""
+        return self._reverse.next()
+
+    @property
     def has_feedback(self) -> bool:
         return bool(self._feedback)
 
@@ -277,6 +288,7 @@ class Responder:
         offset, bitmap = window.sack_fields(index)
         service_ns = min(int((now - arrived) * 1e9), _U32)
         self._counters.sacks_sent += 1
+        self._counters.sack_verdicts_sent[verdict] += 1
         return Sack(self._peer_qp, window.cack_psn, ev_id, offset, bitmap, verdict,
                     self._mpr_dest if self._dynamic_mpr else 0, trigger_psn, probe_reply, ts,
                     service_ns, min(window.ooo, _U16), 0, self.received_bytes & _U64).encode()

@@ -45,8 +45,8 @@ class WriteRequest:
 class SentPacket:
     """One data PSN in flight: enough to rebuild the packet and to judge feedback about it."""
 
-    __slots__ = ("index", "wr", "offset", "length", "opcode", "route", "sent_at", "tx_count",
-                 "tx_seq", "counted", "acked", "rtx_pending", "fast_rtx_done")
+    __slots__ = ("index", "wr", "offset", "length", "opcode", "route", "sent_at", "sent_ts",
+                 "tx_count", "tx_seq", "counted", "acked", "rtx_pending", "fast_rtx_done")
 
     def __init__(self, index: int, wr: WriteRequest, offset: int, length: int, opcode: int,
                  route: Any) -> None:
@@ -57,6 +57,7 @@ class SentPacket:
         self.opcode = opcode
         self.route = route            # the EV (or fixed route) of the latest transmission
         self.sent_at = 0.0
+        self.sent_ts = 0              # TSETH value of the latest transmission (u32 us)
         self.tx_count = 0
         self.tx_seq = 0               # identifies the latest transmission for its timer
         self.counted = False          # bytes currently in the congestion window's inflight

@@ -36,10 +36,19 @@ class TransportConfig:
       always_skip_after: this many consecutive SKIP_ONCE-worthy packets on one EV make the
         verdict ALWAYS_SKIP (the path is persistently bad, not merely busy).
       reverse_paths_per_plane: size of the responder's reverse EV set per plane.
+      trim_nacks: answer a trimmed packet with NACK TRIMMED / TRIMMED_LASTHOP (the TRIM_NACK
+        device capability, on by default in mrc.h); False drops it silently, as a responder
+        without the capability would, and recovery falls to SACK holes and timers.
 
     Recovery (requester)
       reorder_threshold: a PSN is declared lost once a PSN this far above it was SACKed
         (FACK-style duplicate threshold); at most one such fast retransmit per hole.
+      max_reorder_threshold: the threshold adapts: when an echoed timestamp shows that the
+        original of a fast-retransmitted packet arrived after all (a spurious retransmit),
+        it grows to the reordering distance seen, up to this bound.
+      inferred_losses_to_fail: a timeout is silence and demotes the EV at once; a loss
+        inferred from SACK holes may be reordering, so the EV is demoted only after this many
+        inferred losses on it with no SACK reflecting it in between.
       packet_timeout_s: per-packet timer (MRC and ECMP); None = the QP ACK timeout.
       probe_timeout_s: a reliability probe unanswered this long failed; None = packet timeout.
       timestamps: carry a TSETH TX timestamp in data packets and probes (RTT via ts_echo).
@@ -53,7 +62,10 @@ class TransportConfig:
     skip_queueing_target_s: float | None = 1e-3
     always_skip_after: int = 8
     reverse_paths_per_plane: int = 2
+    trim_nacks: bool = True
     reorder_threshold: int = 3
+    max_reorder_threshold: int = 256
+    inferred_losses_to_fail: int = 2
     packet_timeout_s: float | None = None
     probe_timeout_s: float | None = None
     timestamps: bool = True
@@ -76,8 +88,11 @@ class TransportConfig:
             yield f"always_skip_after must be >= 1, got {self.always_skip_after}"
         if self.reverse_paths_per_plane < 1:
             yield f"reverse_paths_per_plane must be >= 1, got {self.reverse_paths_per_plane}"
-        if self.reorder_threshold < 1:
-            yield f"reorder_threshold must be >= 1, got {self.reorder_threshold}"
+        if not 1 <= self.reorder_threshold <= self.max_reorder_threshold:
+            yield (f"reorder_threshold must be in 1..max_reorder_threshold "
+                   f"({self.max_reorder_threshold}), got {self.reorder_threshold}")
+        if self.inferred_losses_to_fail < 1:
+            yield f"inferred_losses_to_fail must be >= 1, got {self.inferred_losses_to_fail}"
         for name in ("packet_timeout_s", "probe_timeout_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:

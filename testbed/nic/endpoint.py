@@ -1,0 +1,243 @@
+"""An emulated NIC endpoint: QPs, registered memory, profiles, one CQ, and the sans-IO loop API.
+
+The runtime of an emulated host (or the in-process loopback) drives an Endpoint with four
+calls and nothing else:
+
+    poll_tx(now, budget) -> list[Outgoing]       packets to transmit now
+    on_packet(now, data, ev_id, plane, src_addr)  one received MRC packet (bytes after UDP)
+    next_deadline() -> float | None               when on_timer must run at the latest
+    on_timer(now)                                 timers due
+
+Scripts use the verbs-like side: register_mr, create_qp, QueuePair.modify / post_write /
+post_recv, poll_cq, stats. `bring_up` does the INIT -> RTR -> RTS dance from the peer's
+`local_info()` dict, exchanged out of band.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from testbed.nic.completion import CompletionQueue, WorkCompletion
+from testbed.nic.ev_table import EvTableConfig
+from testbed.nic.memory import MemoryRegion, ReorderFreePlacement
+from testbed.nic.nscc import CcProfile
+from testbed.nic.outgoing import Outgoing
+from testbed.nic.qp import QueuePair
+from testbed.nic.qp_state import QpError, QpState, RetryConfig
+from testbed.nic.transport_config import Transport, TransportConfig
+from testbed.nic.wire import EP_OP_QP, PSN_MASK, EvProbe, EvProbeReply, WireError, decode
+
+FIRST_QPN = 0x100          # QPNs below are left alone (0x2 is the endpoint-operation QP)
+
+# Attributes bring_up() uses unless told otherwise. timeout 14 = 16.8 ms: emulated RTTs are
+# milliseconds, so the hardware examples' 131-262 us (timeout 7-8) would fire constantly.
+DEFAULT_QP_ATTRS: dict[str, Any] = {
+    "ev_profile": EvTableConfig(),
+    "cc_profile": CcProfile(),
+    "max_wimm_dest": 64,
+    "mpr_dest": 8,
+    "max_wimm": 64,
+    "mpr": 8,
+    "retry": RetryConfig(linear_cnt=7, exp_cnt=7),
+    "timeout": 14,
+}
+
+
+class Endpoint:
+    """One host's MRC NIC, addressable by `addr` (see module docstring)."""
+
+    def __init__(self, addr: Any, *, seed: int = 0, config: TransportConfig | None = None) -> None:
+        self.addr = addr
+        self.config = config or TransportConfig()
+        self._rng = random.Random(seed)
+        self.placement = ReorderFreePlacement()
+        self.cq = CompletionQueue()
+        self._qps: dict[int, QueuePair] = {}
+        self._qp_list: list[QueuePair] = []
+        self._rr = 0
+        self._next_qpn = FIRST_QPN
+        self._ev_profiles: dict[int, EvTableConfig] = {}
+        self._cc_profiles: dict[int, CcProfile] = {}
+        self._endpoint_tx: deque[Outgoing] = deque()
+        self.malformed = 0
+        self.unknown_qp = 0
+        self.wrong_source = 0
+        self.ev_probes_answered = 0
+        self.ev_probes_unanswerable = 0
+
+    # ------------------------------------------------------------------------- resources
+
+    def register_mr(self, buf: bytearray, rkey: int | None = None, *,
+                    remote_write: bool = True) -> MemoryRegion:
+        if rkey is None:
+            rkey = self._rng.getrandbits(32)
+            while rkey in self.placement:
+                rkey = self._rng.getrandbits(32)
+        return self.placement.register(MemoryRegion(rkey, buf, remote_write))
+
+    def register_ev_profile(self, profile_id: int, profile: EvTableConfig) -> None:
+        self._ev_profiles[profile_id] = profile
+
+    def register_cc_profile(self, profile_id: int, profile: CcProfile) -> None:
+        self._cc_profiles[profile_id] = profile
+
+    def _resolve_profile(self, kind: str, value: Any) -> Any:
+        """INIT takes profile objects, or ids the controller registered on this endpoint."""
+        wanted, registry = ((EvTableConfig, self._ev_profiles) if kind == "ev"
+                            else (CcProfile, self._cc_profiles))
+        if isinstance(value, wanted):
+            return value
+        if isinstance(value, int) and value in registry:
+            return registry[value]
+        raise QpError(f"{kind}_profile {value!r} is neither a {wanted.__name__} nor a "
+                      "registered profile id", field=f"{kind}_profile")
+
+    def create_qp(self, transport: Transport = "mrc", *, config: TransportConfig | None = None,
+                  send_cq: CompletionQueue | None = None,
+                  recv_cq: CompletionQueue | None = None) -> QueuePair:
+        qpn = self._next_qpn
+        self._next_qpn += 1
+        qp = QueuePair(qpn=qpn, local_addr=self.addr, transport=transport,
+                       config=config or self.config, initial_psn=self._rng.getrandbits(24),
+                       seed=self._rng.getrandbits(64), placement=self.placement,
+                       send_cq=send_cq or self.cq, recv_cq=recv_cq or self.cq,
+                       resolve_profile=self._resolve_profile)
+        self._qps[qpn] = qp
+        self._qp_list.append(qp)
+        return qp
+
+    def qp(self, qpn: int) -> QueuePair:
+        return self._qps[qpn]
+
+    @property
+    def qps(self) -> list[QueuePair]:
+        return list(self._qp_list)
+
+    def poll_cq(self, max_n: int | None = None) -> list[WorkCompletion]:
+        return self.cq.poll(max_n)
+
+    # ------------------------------------------------------------------------- sans-IO
+
+    def poll_tx(self, now: float, budget: int = 64) -> list[Outgoing]:
+        """Up to `budget` packets to send now; QPs take turns to go first."""
+        out: list[Outgoing] = []
+        while self._endpoint_tx and len(out) < budget:
+            out.append(self._endpoint_tx.popleft())
+        qps = self._qp_list
+        count = len(qps)
+        start = self._rr
+        for i in range(count):
+            if len(out) >= budget:
+                break
+            qps[(start + i) % count].poll_tx(now, budget - len(out), out)
+        if count:
+            self._rr = (start + 1) % count
+        return out
+
+    def on_packet(self, now: float, data: bytes, ev_id: int, plane: int,
+                  src_addr: Any = None, ecn: bool = False) -> None:
+        """One received packet: `data` is the MRC bytes, `ev_id` from sport/flow label,
+        `plane` the port it arrived on, `ecn` whether it carried a CE mark."""
+        try:
+            pkt = decode(data)
+        except WireError:
+            self.malformed += 1
+            return
+        dest_qp = getattr(pkt, "dest_qp", EP_OP_QP)
+        if dest_qp == EP_OP_QP:
+            self._on_endpoint_op(now, pkt, plane, src_addr)
+            return
+        qp = self._qps.get(dest_qp)
+        if qp is None:
+            self.unknown_qp += 1
+        elif src_addr is not None and qp.rtr is not None and src_addr != qp.rtr.dest_addr:
+            self.wrong_source += 1       # a QP talks to exactly one peer
+        else:
+            qp.on_packet(now, pkt, ev_id, ecn)
+
+    def _on_endpoint_op(self, now: float, pkt: Any, plane: int, src_addr: Any) -> None:
+        # EV probes are connectionless; answer on a reverse route of any QP to the prober.
+        if not isinstance(pkt, EvProbe):
+            return
+        qp = next((q for q in self._qp_list if q.responder is not None
+                   and q.rtr.dest_addr == src_addr), None)
+        if qp is None:
+            self.ev_probes_unanswerable += 1
+            return
+        reply = EvProbeReply(pkt.req_id, pkt.ev, pkt.port, plane, pkt.tx_timestamp).encode()
+        route = qp.responder.reverse_route()
+        self._endpoint_tx.append(Outgoing(route.path, route.plane, route.ev_id, reply, src_addr))
+        self.ev_probes_answered += 1
+
+    def next_deadline(self) -> float | None:
+        deadline = None
+        for qp in self._qp_list:
+            candidate = qp.next_deadline()
+            if candidate is not None and (deadline is None or candidate < deadline):
+                deadline = candidate
+        return deadline
+
+    def on_timer(self, now: float) -> None:
+        for qp in self._qp_list:
+            deadline = qp.next_deadline()
+            if deadline is not None and deadline <= now:
+                qp.on_timer(now)
+
+    # ------------------------------------------------------------------------- stats
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "addr": str(self.addr),
+            "malformed": self.malformed, "unknown_qp": self.unknown_qp,
+            "wrong_source": self.wrong_source, "ev_probes_answered": self.ev_probes_answered,
+            "completions_queued": len(self.cq),
+            "qps": {f"{qp.qpn:#x}": qp.stats() for qp in self._qp_list},
+        }
+
+
+def bring_up(qp: QueuePair, remote: Mapping[str, Any],
+             paths_by_plane: Mapping[int, Sequence[Any]], **overrides: Any) -> None:
+    """RESET -> INIT -> RTR -> RTS with DEFAULT_QP_ATTRS, `overrides` and the peer's info."""
+    attrs = {**DEFAULT_QP_ATTRS, **overrides}
+    if qp.state is QpState.RESET:
+        qp.modify(QpState.INIT, ev_profile=attrs["ev_profile"], cc_profile=attrs["cc_profile"])
+    rtr = {name: attrs[name] for name in ("max_wimm_dest", "mpr_dest")}
+    rtr.update(dest_addr=remote["addr"], dest_qp=remote["qpn"], rq_psn=remote["psn"] & PSN_MASK,
+               paths_by_plane=paths_by_plane)
+    for optional in ("dynamic_mpr_dest", "pinned_path"):
+        if optional in attrs:
+            rtr[optional] = attrs[optional]
+    qp.modify(QpState.RTR, **rtr)
+    rts = {name: attrs[name] for name in ("max_wimm", "mpr", "retry", "timeout")}
+    for optional in ("timeout_s", "sq_psn", "dynamic_mpr"):
+        if optional in attrs:
+            rts[optional] = attrs[optional]
+    qp.modify(QpState.RTS, **rts)
+
+
+def connect(ep_a: Endpoint, ep_b: Endpoint, paths_ab: Mapping[int, Sequence[Any]],
+            paths_ba: Mapping[int, Sequence[Any]], transport: Transport = "mrc", *,
+            config: TransportConfig | None = None,
+            **overrides: Any) -> tuple[QueuePair, QueuePair]:
+    """A connected QP pair between two endpoints (attribute exchange done in-process).
+
+    Each side's initial send PSN is the one its QP drew, and the peer learns it from
+    local_info() as in a real out-of-band exchange; `psn_a` / `psn_b` pin them instead.
+    """
+    qp_a = ep_a.create_qp(transport, config=config)
+    qp_b = ep_b.create_qp(transport, config=config)
+    info_a, info_b = qp_a.local_info(), qp_b.local_info()
+    psn_a = overrides.pop("psn_a", None)
+    psn_b = overrides.pop("psn_b", None)
+    if psn_a is not None:
+        info_a["psn"] = psn_a
+    if psn_b is not None:
+        info_b["psn"] = psn_b
+    pinned_a = {} if psn_a is None else {"sq_psn": psn_a}
+    pinned_b = {} if psn_b is None else {"sq_psn": psn_b}
+    bring_up(qp_a, info_b, paths_ab, **overrides, **pinned_a)
+    bring_up(qp_b, info_a, paths_ba, **overrides, **pinned_b)
+    return qp_a, qp_b

@@ -1,0 +1,298 @@
+"""The MRC queue pair: state machine, verbs-like API and the sans-IO entry points.
+
+A QP is both requester (its WRITEs to the peer) and responder (the peer's WRITEs to it), like
+an RC QP. `transport` picks the behaviour per QP, same code throughout:
+
+    mrc   spray every packet on a fresh EV; selective retransmission; EV health (§4.5)
+    ecmp  one path hashed from the 5-tuple; selective retransmission; no steering
+    rc    one path (hashed, or given); in-order responder; go-back-N; no steering
+
+Nothing here reads a clock or touches a socket: the runtime passes `now` (seconds) into
+poll_tx / on_packet / on_timer and transmits what poll_tx returns.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from testbed.nic.completion import (
+    MRC_OPCODES,
+    CompletionQueue,
+    WcOpcode,
+    WcStatus,
+    WorkCompletion,
+    WrOpcode,
+)
+from testbed.nic.ev_table import EvTable
+from testbed.nic.memory import ReorderFreePlacement
+from testbed.nic.nscc import Nscc, NullCc, make_cc
+from testbed.nic.outgoing import Outgoing
+from testbed.nic.qp_counters import QpCounters
+from testbed.nic.qp_state import (
+    InitAttrs,
+    QpError,
+    QpState,
+    RtrAttrs,
+    RtsAttrs,
+    check_transition,
+    init_attrs,
+    rtr_attrs,
+    rts_attrs,
+)
+from testbed.nic.requester import Requester
+from testbed.nic.responder import Responder
+from testbed.nic.routes import FixedRoute, ReverseRoutes, ecmp_route, rocev2_source_port
+from testbed.nic.transport_config import TRANSPORTS, Transport, TransportConfig
+from testbed.nic.wire import DataPacket, Nack, ReliabilityProbe, Sack
+
+MAX_MESSAGE = 1 << 31            # verbs max_msg_sz of common RoCE NICs
+
+ProfileResolver = Callable[[str, Any], Any]
+
+
+class QueuePair:
+    """One MRC/RC/ECMP queue pair (see module docstring). Built by Endpoint.create_qp."""
+
+    def __init__(self, *, qpn: int, local_addr: Any, transport: Transport,
+                 config: TransportConfig, initial_psn: int, seed: int,
+                 placement: ReorderFreePlacement, send_cq: CompletionQueue,
+                 recv_cq: CompletionQueue, resolve_profile: ProfileResolver) -> None:
+        if transport not in TRANSPORTS:
+            raise QpError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        self.qpn = qpn
+        self.local_addr = local_addr
+        self.transport = transport
+        self.config = config
+        self.initial_psn = initial_psn
+        self._seed = seed
+        self._placement = placement
+        self.send_cq = send_cq
+        self.recv_cq = recv_cq
+        self._resolve_profile = resolve_profile
+        self.counters = QpCounters()
+        self._recv_queue: deque[int] = deque()
+        self._now = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state = QpState.RESET
+        self.init: InitAttrs | None = None
+        self.rtr: RtrAttrs | None = None
+        self.rts: RtsAttrs | None = None
+        self.requester: Requester | None = None
+        self.responder: Responder | None = None
+        self.ev_table: EvTable | None = None
+        self.pinned_route: FixedRoute | None = None
+        self.cc: Nscc | NullCc | None = None
+        self.error: tuple[WcStatus, str] | None = None
+        self._recv_queue.clear()
+
+    # ------------------------------------------------------------------------- verbs
+
+    def modify(self, state: QpState | str, **attrs: Any) -> None:
+        """mrc_modify_qp: move to `state` with the attributes that transition requires."""
+        target = QpState(state)
+        check_transition(self.state, target, attrs)
+        if target is QpState.RESET:
+            self._reset()
+        elif target is QpState.ERROR:
+            self.fail(WcStatus.WR_FLUSH_ERR, "moved to ERROR by the application")
+        elif target is QpState.INIT:
+            self.init = init_attrs(attrs, self._resolve_profile("ev", attrs["ev_profile"]),
+                                   self._resolve_profile("cc", attrs["cc_profile"]))
+        elif target is QpState.RTR:
+            self.rtr = rtr_attrs(attrs)
+            self._build_responder()
+        else:
+            self.rts = rts_attrs(attrs, default_sq_psn=self.initial_psn)
+            self._build_requester()
+        if target not in (QpState.RESET, QpState.ERROR):
+            self.state = target
+
+    def local_info(self) -> dict[str, Any]:
+        """What the peer needs, exchanged out of band (TCP, KV store) as a plain dict."""
+        return {"addr": self.local_addr, "qpn": self.qpn, "psn": self.initial_psn,
+                "transport": self.transport}
+
+    def post_write(self, data: bytes | bytearray | memoryview, remote_offset: int, rkey: int, *,
+                   imm: int | None = None, wr_id: int = 0, signaled: bool = True) -> None:
+        """RDMA WRITE (imm None) or WRITE_WITH_IMM of `data` to the peer's region `rkey`."""
+        opcode = WrOpcode.RDMA_WRITE if imm is None else WrOpcode.RDMA_WRITE_WITH_IMM
+        self.post_send(opcode, data, remote_offset, rkey, imm=imm, wr_id=wr_id, signaled=signaled)
+
+    def post_send(self, opcode: WrOpcode | str, data: bytes | bytearray | memoryview,
+                  remote_offset: int, rkey: int, *, imm: int | None = None, wr_id: int = 0,
+                  signaled: bool = True) -> None:
+        """mrc_post_send: only RDMA WRITE and WRITE_WITH_IMM exist; the QP must be in RTS."""
+        opcode = WrOpcode(opcode)
+        if opcode not in MRC_OPCODES:
+            raise QpError(f"{opcode} is not supported: MRC QPs do RDMA WRITE and "
+                          "WRITE_WITH_IMM only", field="opcode")
+        if self.state is not QpState.RTS:
+            raise QpError(f"post_send needs state RTS, QP {self.qpn:#x} is {self.state}",
+                          field="state")
+        with_imm = opcode is WrOpcode.RDMA_WRITE_WITH_IMM
+        self._check_write(data, remote_offset, rkey, imm, with_imm)
+        self.requester.post(wr_id, memoryview(data).cast("B"), remote_offset, rkey,
+                            imm if with_imm else None, signaled)
+
+    def _check_write(self, data: Any, remote_offset: int, rkey: int, imm: int | None,
+                     with_imm: bool) -> None:
+        if with_imm != (imm is not None):
+            raise QpError("imm must be given exactly for RDMA_WRITE_WITH_IMM", field="imm")
+        if with_imm and not 0 <= imm <= 0xFFFFFFFF:
+            raise QpError(f"imm must be a u32, got {imm}", field="imm")
+        if with_imm and self.rts.max_wimm == 0:
+            raise QpError("WRITE_WITH_IMM on a QP with max_wimm 0", field="max_wimm")
+        if len(data) > MAX_MESSAGE:
+            raise QpError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}", field="length")
+        if not 0 <= rkey <= 0xFFFFFFFF or not 0 <= remote_offset < 1 << 64:
+            raise QpError("rkey must be a u32 and remote_offset a u64", field="rkey")
+
+    def post_recv(self, wr_id: int = 0) -> None:
+        """Pre-post a receive to consume one WRITE_WITH_IMM immediate (MRC has no RNR)."""
+        if self.state in (QpState.RESET, QpState.ERROR):
+            raise QpError(f"post_recv needs INIT, RTR or RTS, QP is {self.state}", field="state")
+        self._recv_queue.append(wr_id)
+
+    # ------------------------------------------------------------------------- construction
+
+    def _build_responder(self) -> None:
+        rtr, config = self.rtr, self.config
+        rng = random.Random(self._seed ^ 0x5EED)
+        if self.transport != "mrc":
+            self.pinned_route = self._pinned(rtr)
+            reverse = ReverseRoutes([self.pinned_route])   # the flow's one path, both ways
+        else:
+            reverse = ReverseRoutes.sampled(rtr.paths_by_plane, config.reverse_paths_per_plane, rng)
+        self.responder = Responder(
+            qpn=self.qpn, rtr=rtr, config=config, placement=self._placement,
+            recv_queue=self._recv_queue, recv_cq=self.recv_cq, counters=self.counters,
+            reverse=reverse, in_order=self.transport == "rc", fail=self.fail)
+
+    def _pinned(self, rtr: RtrAttrs) -> FixedRoute:
+        sport = rocev2_source_port(self.qpn, rtr.dest_qp)
+        if self.transport == "rc" and rtr.pinned_path is not None:
+            return FixedRoute(sport, rtr.pinned_path[0], rtr.pinned_path[1])
+        return ecmp_route(rtr.paths_by_plane, self.local_addr, rtr.dest_addr, sport)
+
+    def _build_requester(self) -> None:
+        self.cc = make_cc(self.init.cc_profile)
+        if self.transport == "mrc":
+            self.ev_table = EvTable(self.rtr.paths_by_plane, self.init.ev_profile,
+                                    random.Random(self._seed))
+        self.requester = Requester(
+            qpn=self.qpn, rtr=self.rtr, rts=self.rts, config=self.config, cc=self.cc,
+            table=self.ev_table, pinned=self.pinned_route if self.ev_table is None else None,
+            go_back_n=self.transport == "rc", send_cq=self.send_cq, counters=self.counters,
+            fail=self.fail)
+
+    # ------------------------------------------------------------------------- errors
+
+    def fail(self, status: WcStatus, why: str) -> None:
+        """Move to ERROR: the failing WR carries `status`, everything else is flushed."""
+        if self.state is QpState.ERROR:
+            return
+        self.state = QpState.ERROR
+        self.error = (status, why)
+        self.counters.errors += 1
+        flushed = self.requester.flush(self._now, status) if self.requester else 0
+        while self._recv_queue:
+            self.recv_cq.push(WorkCompletion(self._recv_queue.popleft(), WcStatus.WR_FLUSH_ERR,
+                                             WcOpcode.RECV_RDMA_WITH_IMM, self.qpn, 0, None,
+                                             self._now))
+            flushed += 1
+        self.counters.completion_errors += flushed
+
+    # ------------------------------------------------------------------------- sans-IO
+
+    def poll_tx(self, now: float, budget: int, out: list[Outgoing]) -> int:
+        """Append up to `budget` packets to `out`: feedback first, then probes, retransmits,
+        new data. In ERROR only feedback still queued (the NACK that explains it) leaves."""
+        self._now = now
+        sent = 0
+        responder = self.responder
+        if responder is not None and responder.has_feedback:
+            sent = responder.poll_tx(now, budget, out)
+        if self.state is QpState.RTS and sent < budget:
+            sent += self.requester.poll_tx(now, budget - sent, out)
+        return sent
+
+    def on_packet(self, now: float, pkt: Any, ev_id: int, ecn: bool = False) -> None:
+        """A decoded packet for this QP, with the EV it arrived on (from the inner headers)."""
+        self._now = now
+        kind = type(pkt)
+        state = self.state
+        if kind is DataPacket or kind is ReliabilityProbe:
+            if state is not QpState.RTR and state is not QpState.RTS:
+                self.counters.dropped_not_ready += 1
+            elif kind is DataPacket:
+                self.responder.on_data(now, pkt, ev_id, ecn)
+            else:
+                self.responder.on_probe(now, pkt, ev_id, ecn)
+        elif state is not QpState.RTS:
+            self.counters.dropped_not_ready += 1
+        elif kind is Sack:
+            self.requester.on_sack(now, pkt)
+        elif kind is Nack:
+            self.requester.on_nack(now, pkt)
+
+    def next_deadline(self) -> float | None:
+        if self.state is QpState.ERROR:
+            return None
+        deadline = self.responder.next_deadline() if self.responder else None
+        if self.state is QpState.RTS:
+            candidate = self.requester.next_deadline()
+            if candidate is not None and (deadline is None or candidate < deadline):
+                deadline = candidate
+        return deadline
+
+    def on_timer(self, now: float) -> None:
+        self._now = now
+        if self.state is QpState.ERROR:
+            return
+        if self.responder is not None:
+            self.responder.on_timer(now)
+        if self.state is QpState.RTS:
+            self.requester.on_timer(now)
+
+    # ------------------------------------------------------------------------- stats
+
+    @property
+    def dest_addr(self) -> Any:
+        return self.rtr.dest_addr if self.rtr else None
+
+    def stats(self) -> dict[str, Any]:
+        """JSON-able counters and state of this QP."""
+        out: dict[str, Any] = {
+            "qpn": self.qpn, "transport": self.transport, "state": str(self.state),
+            "error": None if self.error is None else {"status": str(self.error[0]),
+                                                      "message": self.error[1]},
+            "posted_receives": len(self._recv_queue),
+        }
+        out.update(self.counters.to_dict())
+        if self.requester is not None:
+            out["requester"] = _jsonable(self.requester.stats())
+            out["cc"] = _jsonable(self.cc.stats())
+        if self.responder is not None:
+            out["responder"] = self.responder.stats()
+        if self.ev_table is not None:
+            out["ev_table"] = self.ev_table.stats()
+        elif self.pinned_route is not None:
+            out["pinned_route"] = self.pinned_route.to_dict()
+        return out
+
+    def ev_snapshot(self) -> list[dict[str, Any]]:
+        """Per-EV state and counters (the pinned route alone for ECMP/RC)."""
+        if self.ev_table is not None:
+            return self.ev_table.snapshot()
+        return [self.pinned_route.to_dict()] if self.pinned_route is not None else []
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    # JSON has no infinity: a disabled congestion window is reported as null.
+    return {k: (None if isinstance(v, float) and v == float("inf") else v)
+            for k, v in values.items()}

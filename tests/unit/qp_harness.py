@@ -1,0 +1,137 @@
+"""Shared set-up for the QP tests: two endpoints, a connected QP pair, a loopback, traces."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.nic.endpoint import Endpoint, bring_up, connect
+from testbed.nic.ev_table import EvTableConfig
+from testbed.nic.loopback import Loopback, make_paths
+from testbed.nic.memory import MemoryRegion
+from testbed.nic.outgoing import Outgoing
+from testbed.nic.qp import QueuePair
+from testbed.nic.transport_config import TransportConfig
+from testbed.nic.wire import DataPacket, Nack, Sack, decode
+
+RKEY = 0x77
+# 2 planes x 8 active EVs over 4 paths each, 4 backups per plane, fast probing.
+SMALL_EV_PROFILE = EvTableConfig(active_count=16, backup_per_plane=4, ev_min_active=1,
+                                 probe_interval_s=1e-3)
+
+
+@dataclass
+class Pair:
+    a: Endpoint
+    b: Endpoint
+    qa: QueuePair
+    qb: QueuePair
+    mr: MemoryRegion
+    paths_ab: dict[int, list[str]]
+    paths_ba: dict[int, list[str]]
+
+
+def make_pair(transport: str = "mrc", *, planes: int = 2, per_plane: int = 4, seed: int = 1,
+              mr_size: int = 1 << 20, config: TransportConfig | None = None,
+              **overrides: Any) -> Pair:
+    a, b = Endpoint("A", seed=seed), Endpoint("B", seed=seed + 100)
+    mr = b.register_mr(bytearray(mr_size), rkey=RKEY)
+    paths_ab = make_paths("A", "B", planes, per_plane)
+    paths_ba = make_paths("B", "A", planes, per_plane)
+    overrides.setdefault("ev_profile", SMALL_EV_PROFILE)
+    overrides.setdefault("timeout_s", 5e-3)
+    qa, qb = connect(a, b, paths_ab, paths_ba, transport, config=config, **overrides)
+    return Pair(a, b, qa, qb, mr, paths_ab, paths_ba)
+
+
+def make_pair_asymmetric(transport: str, attrs_a: dict[str, Any], attrs_b: dict[str, Any],
+                         *, seed: int = 1, mr_size: int = 1 << 20) -> Pair:
+    """Like make_pair, but each side brought up with its own attributes."""
+    a, b = Endpoint("A", seed=seed), Endpoint("B", seed=seed + 100)
+    mr = b.register_mr(bytearray(mr_size), rkey=RKEY)
+    paths_ab, paths_ba = make_paths("A", "B", 2, 4), make_paths("B", "A", 2, 4)
+    qa, qb = a.create_qp(transport), b.create_qp(transport)
+    info_a, info_b = qa.local_info(), qb.local_info()
+    base = {"ev_profile": SMALL_EV_PROFILE, "timeout_s": 5e-3}
+    bring_up(qa, info_b, paths_ab, **{**base, **attrs_a})
+    bring_up(qb, info_a, paths_ba, **{**base, **attrs_b})
+    return Pair(a, b, qa, qb, mr, paths_ab, paths_ba)
+
+
+def payload(nbytes: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(nbytes)
+
+
+@dataclass
+class SentData:
+    time: float
+    src: Any
+    psn: int
+    ev_id: int
+    path: Any
+    retransmit: bool
+    packet: DataPacket
+
+
+@dataclass
+class Trace:
+    """Everything a loopback transmitted, decoded (test-only: decoding costs)."""
+
+    data: list[SentData] = field(default_factory=list)
+    sacks: list[tuple[float, Sack]] = field(default_factory=list)
+    nacks: list[tuple[float, Nack]] = field(default_factory=list)
+
+    def attach(self, loop: Loopback) -> Trace:
+        loop.on_send = self._record
+        return self
+
+    def _record(self, now: float, src: Endpoint, out: Outgoing) -> None:
+        pkt = decode(out.data)
+        if isinstance(pkt, DataPacket):
+            self.data.append(SentData(now, src.addr, pkt.psn, out.ev_id, out.path,
+                                      pkt.retransmit, pkt))
+        elif isinstance(pkt, Sack):
+            self.sacks.append((now, pkt))
+        elif isinstance(pkt, Nack):
+            self.nacks.append((now, pkt))
+
+    def retransmissions(self, src: Any = "A") -> list[SentData]:
+        return [d for d in self.data if d.src == src and d.retransmit]
+
+    def retransmits_on_previous_ev(self, src: Any = "A") -> list[SentData]:
+        """Retransmissions that went on the EV the previous copy of that PSN used."""
+        last_ev: dict[int, int] = {}
+        bad = []
+        for d in self.data:
+            if d.src != src:
+                continue
+            if d.retransmit and last_ev.get(d.psn) == d.ev_id:
+                bad.append(d)
+            last_ev[d.psn] = d.ev_id
+        return bad
+
+    def first_sends(self, src: Any = "A") -> dict[int, SentData]:
+        first: dict[int, SentData] = {}
+        for d in self.data:
+            if d.src == src and not d.retransmit:
+                first.setdefault(d.psn, d)
+        return first
+
+
+def is_data(out: Outgoing) -> bool:
+    return 0x06 <= out.data[0] <= 0x0B
+
+
+def data_psn(out: Outgoing) -> int:
+    """BTH PSN of a packet without a full decode."""
+    return int.from_bytes(out.data[9:12], "big")
+
+
+def is_retransmit(out: Outgoing) -> bool:
+    return bool(out.data[1] & 0x80)
+
+
+def done(*endpoints: Endpoint, count: int = 1):
+    """stop() predicate: every endpoint has at least `count` completions queued."""
+    return lambda: all(len(ep.cq) >= count for ep in endpoints)
