@@ -1,0 +1,149 @@
+"""Drive MRC endpoints over real sockets inside emulated hosts.
+
+Each NIC has a raw IPv6-in-IPv6 socket to send on (the endpoint writes the
+inner IPv6 + UDP headers itself, with the EV in the UDP source port and flow
+label; the kernel adds the outer header addressed to the path's uSID carrier,
+whose block picks the plane's port) and one UDP socket on port 4791 to
+receive what the kernel decapsulated at the port's End.DT6 SID. Sockets keep
+the network namespace they were created in, so one process can run the NICs
+of several hosts (tests, benchmarks) or just its own (an agent).
+"""
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from testbed.nic.endpoint import Endpoint
+from testbed.nic.outgoing import Outgoing
+from testbed.nic.wire import UDP_PORT, build_inner
+
+IPPROTO_IPV6_IN_IPV6 = 41
+UDP_NO_CHECK6_RX = 102     # MRC carries its own CRC; the inner UDP sum is zero
+TX_BUDGET = 256            # packets taken from an endpoint per loop turn
+RX_BUDGET = 512
+IDLE_WAIT_S = 0.001
+
+
+class AddressBook:
+    """Host name <-> per-plane port address, the same for every NIC."""
+
+    def __init__(self, ports: Mapping[tuple[str, int], str]) -> None:
+        self._address = dict(ports)
+        self._owner = {socket.inet_pton(socket.AF_INET6, addr): key
+                       for key, addr in ports.items()}
+
+    def address(self, host: str, plane: int) -> str:
+        return self._address[(host, plane)]
+
+    def owner(self, address: str) -> tuple[str, int] | None:
+        return self._owner.get(socket.inet_pton(socket.AF_INET6, address))
+
+
+@dataclass
+class Nic:
+    """One endpoint and its sockets (created in the caller's netns)."""
+    endpoint: Endpoint
+    tx: socket.socket = field(init=False)
+    rx: socket.socket = field(init=False)
+    tx_errors: int = 0
+    rx_unknown_source: int = 0
+
+    def __post_init__(self) -> None:
+        self.tx = socket.socket(socket.AF_INET6, socket.SOCK_RAW,
+                                IPPROTO_IPV6_IN_IPV6)
+        self.rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        self.rx.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_RX, 1)
+        self.rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.rx.setblocking(False)
+        self.rx.bind(('::', UDP_PORT))
+
+    def close(self) -> None:
+        self.tx.close()
+        self.rx.close()
+
+
+class SocketRuntime:
+    """A single-threaded event loop over any number of NICs."""
+
+    def __init__(self, book: AddressBook,
+                 tap: Callable[[float, Nic, Outgoing], None] | None = None
+                 ) -> None:
+        self.book = book
+        self.nics: list[Nic] = []
+        self.tap = tap           # sees every packet sent (tests, tracing)
+
+    def add(self, endpoint: Endpoint) -> Nic:
+        """Create the NIC's sockets in the calling thread's netns."""
+        nic = Nic(endpoint)
+        self.nics.append(nic)
+        return nic
+
+    def close(self) -> None:
+        for nic in self.nics:
+            nic.close()
+        self.nics.clear()
+
+    def run(self, stop: Callable[[], bool], timeout_s: float) -> bool:
+        """Loop until stop() is true (returns True) or timeout (False)."""
+        deadline = time.monotonic() + timeout_s
+        while not stop():
+            if time.monotonic() > deadline:
+                return False
+            self.turn()
+        return True
+
+    def turn(self) -> None:
+        now = time.monotonic()
+        busy = False
+        for nic in self.nics:
+            due = nic.endpoint.next_deadline()
+            if due is not None and due <= now:
+                nic.endpoint.on_timer(now)
+            busy |= self._send(nic, now) > 0
+            busy |= self._receive(nic, now) > 0
+        if not busy:
+            self._wait(now)
+
+    def _send(self, nic: Nic, now: float) -> int:
+        out = nic.endpoint.poll_tx(now, TX_BUDGET)
+        me = nic.endpoint.addr
+        for pkt in out:
+            inner = build_inner(self.book.address(me, pkt.plane),
+                                self.book.address(pkt.dst_addr, pkt.plane),
+                                pkt.ev_id, pkt.data)
+            try:
+                nic.tx.sendto(inner, (pkt.path, 0))
+            except OSError:
+                nic.tx_errors += 1   # e.g. the NIC port is down: a lost packet
+            if self.tap:
+                self.tap(now, nic, pkt)
+        return len(out)
+
+    def _receive(self, nic: Nic, now: float) -> int:
+        count = 0
+        while count < RX_BUDGET:
+            try:
+                data, (src, sport, _flow, _scope) = nic.rx.recvfrom(65535)
+            except BlockingIOError:
+                break
+            count += 1
+            owner = self.book.owner(src)
+            if owner is None:
+                nic.rx_unknown_source += 1
+                continue
+            # The endpoint's EV ids fit the UDP source port; the flow label
+            # carries the high 16 bits on the wire, but a UDP socket does
+            # not report it without a per-packet control message.
+            nic.endpoint.on_packet(now, data, sport, owner[1], owner[0])
+        return count
+
+    def _wait(self, now: float) -> None:
+        timeout = IDLE_WAIT_S
+        for nic in self.nics:
+            due = nic.endpoint.next_deadline()
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - now))
+        select.select([nic.rx for nic in self.nics], [], [], timeout)
