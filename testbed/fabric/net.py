@@ -84,8 +84,9 @@ class FabricNet:
                           controller=partial(
             RemoteController, ip='127.0.0.1', port=port), autoSetMacs=False)
         self.net.start()
-        ovs.tag_links(self._root_links())
-        quiet_root_links(self._root_links())
+        root_links = self._root_links()
+        ovs.tag_links(root_links)
+        quiet_root_links(root_links)
         t1 = time.monotonic()
         self._wait_flows()
         t2 = time.monotonic()

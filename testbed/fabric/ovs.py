@@ -104,7 +104,7 @@ def delete_bridges(names: list[str], datapath: str) -> None:
         _delete_bridges_offline(names)
     else:
         _vsctl(*_del_br_args(names))
-    delete_tagged_links()
+    delete_tagged_links()  # switch ports, and the taps bridges leave behind
 
 
 def _del_br_args(names: list[str]) -> list[str]:
@@ -140,5 +140,4 @@ def _stop_vswitchd() -> None:
 def _delete_bridges_offline(names: list[str]) -> None:
     _stop_vswitchd()
     _vsctl('--no-wait', *_del_br_args(names))
-    delete_tagged_links()  # the persistent taps the bridges leave behind
     _start(['--no-ovsdb-server', 'start', '--system-id=random'])

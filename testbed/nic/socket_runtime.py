@@ -98,14 +98,18 @@ class SocketRuntime:
     def turn(self) -> None:
         now = time.monotonic()
         busy = False
+        wait = IDLE_WAIT_S
         for nic in self.nics:
             due = nic.endpoint.next_deadline()
             if due is not None and due <= now:
                 nic.endpoint.on_timer(now)
+                due = nic.endpoint.next_deadline()
+            if due is not None:
+                wait = min(wait, max(0.0, due - now))
             busy |= self._send(nic, now) > 0
             busy |= self._receive(nic, now) > 0
         if not busy:
-            self._wait(now)
+            select.select([nic.rx for nic in self.nics], [], [], wait)
 
     def _send(self, nic: Nic, now: float) -> int:
         out = nic.endpoint.poll_tx(now, TX_BUDGET)
@@ -139,11 +143,3 @@ class SocketRuntime:
             # not report it without a per-packet control message.
             nic.endpoint.on_packet(now, data, sport, owner[1], owner[0])
         return count
-
-    def _wait(self, now: float) -> None:
-        timeout = IDLE_WAIT_S
-        for nic in self.nics:
-            due = nic.endpoint.next_deadline()
-            if due is not None:
-                timeout = min(timeout, max(0.0, due - now))
-        select.select([nic.rx for nic in self.nics], [], [], timeout)

@@ -6,25 +6,15 @@ import pytest
 
 from testbed.fabric.netns import inside
 from testbed.nic.endpoint import Endpoint, bring_up, connect
-from testbed.nic.ev_table import EvState, EvTableConfig
+from testbed.nic.emulated_timescale import emulated_qp_attrs
+from testbed.nic.ev_table import EvState
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.socket_runtime import AddressBook, SocketRuntime
-from testbed.nic.transport_config import TransportConfig
 
 SPEC = 'fattree,k=4,planes=2'
 SRC, DST = 'h1', 'h16'          # pod 0 to pod 3: 4 paths per plane
 DEAD = ('p1a0x0', 'p1c0')
 DATA_OPCODES = range(0x06, 0x0C)
-
-
-# The emulator's timescale: RTTs of milliseconds with tens of ms of queueing
-# in Python sockets and the userspace datapath, so the hardware-scale
-# defaults (1 ms skip target, 1 ms probes) would read every path as bad.
-EMULATED = dict(
-    config=TransportConfig(skip_queueing_target_s=0.05, packet_timeout_s=0.2,
-                           probe_timeout_s=0.1),
-    ev_profile=EvTableConfig(probe_interval_s=0.02),
-    mpr=2, mpr_dest=2)
 
 
 class Pair:
@@ -47,7 +37,7 @@ class Pair:
         self.paths_ab = paths_ab
         self.buf = bytearray(size)
         self.mr = self.b.register_mr(self.buf)
-        attrs = {**EMULATED, **attrs}
+        attrs = {**emulated_qp_attrs(), **attrs}
         pinned = attrs.pop('pinned_path', None)
         if pinned is None:
             self.qa, self.qb = connect(self.a, self.b, paths_ab, paths_ba,
