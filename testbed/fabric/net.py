@@ -26,6 +26,7 @@ from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
 from testbed.fabric import ovs
+from testbed.fabric.agents import AgentHandle
 from testbed.fabric.features import ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.netns import write_sysctl
@@ -61,6 +62,7 @@ class FabricNet:
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
+        self.agents: dict[str, AgentHandle] = {}
 
     def __enter__(self) -> 'FabricNet':
         try:
@@ -108,6 +110,19 @@ class FabricNet:
         return [i.name for s in self.net.switches for i in s.intfList()
                 if i.name != 'lo'] + [s.name for s in self.net.switches]
 
+    def start_agent(self, host: str, seed: int = 0) -> AgentHandle:
+        """An MRC agent in `host`'s namespace; stopped with the fabric."""
+        assert self.net is not None
+        addresses = self.workdir / 'addresses.json'
+        if not addresses.exists():
+            book: dict[str, dict[int, str]] = {}
+            for (name, plane), port in self.plan.host_ports.items():
+                book.setdefault(name, {})[plane] = port.address
+            addresses.write_text(json.dumps(book))
+        agent = AgentHandle(self.net[host], addresses, seed)
+        self.agents[host] = agent
+        return agent
+
     def host_pid(self, host: str) -> int:
         assert self.net is not None
         return self.net[host].pid
@@ -149,6 +164,9 @@ class FabricNet:
     def stop(self) -> None:
         """Fast, complete teardown; safe to call more than once."""
         t0 = time.monotonic()
+        for agent in self.agents.values():
+            agent.stop()   # an agent would keep its host's namespace alive
+        self.agents.clear()
         if self.controller is not None:
             _kill_group(self.controller)
             self.controller = None

@@ -1,0 +1,87 @@
+"""Packets per second of the sans-IO endpoint core on one CPU core.
+
+    python bench/endpoint_core.py                    # 5 runs of one 8 MiB WRITE
+    python bench/endpoint_core.py --size 32 --repeat 3
+    python bench/endpoint_core.py --profile          # cProfile of one run, top functions
+
+Same set-up as tests/unit/test_qp_throughput.py: sender and receiver in one in-process
+loopback, no loss, 2 planes x 4 paths, 128 active EVs. Every data packet is encoded (CRC
+included), decoded, placed and acknowledged, every SACK encoded and decoded, so the figures
+cover both ends of the full protocol plus the loopback's event handling. Not a test: the
+machine is shared and noisy, so the best and the median of the runs are printed.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from testbed.nic.ev_table import EvTableConfig  # noqa: E402
+from testbed.nic.loopback import Loopback  # noqa: E402
+from tests.unit.qp_harness import RKEY, done, make_pair, payload  # noqa: E402
+
+
+def run_once(size: int, data: bytes) -> dict[str, float]:
+    """One WRITE of `size` bytes from A to B; rates per second of wall time."""
+    pair = make_pair(mr_size=size, ev_profile=EvTableConfig(active_count=128, backup_per_plane=8))
+    pair.qa.post_write(data, 0, RKEY)
+    loop = Loopback([pair.a, pair.b])
+    started = time.perf_counter()
+    loop.run(stop=done(pair.a))
+    elapsed = time.perf_counter() - started
+    if bytes(pair.mr.buf) != data:
+        raise SystemExit("payload mismatch: the core is broken, figures are meaningless")
+    data_packets = pair.qa.counters.packets_sent
+    sacks = pair.qb.counters.sacks_sent
+    return {
+        "elapsed_s": elapsed,
+        "data_pps": data_packets / elapsed,
+        "sack_pps": sacks / elapsed,
+        "total_pps": (data_packets + sacks) / elapsed,
+        "mib_s": size / elapsed / 2**20,
+        "data_packets": data_packets,
+        "sacks": sacks,
+    }
+
+
+def report(label: str, r: dict[str, float]) -> None:
+    print(f"{label:>7}: {r['data_pps']:>9,.0f} data pkt/s + {r['sack_pps']:>8,.0f} SACK/s = "
+          f"{r['total_pps']:>9,.0f} pkt/s, {r['mib_s']:6.1f} MiB/s payload "
+          f"({r['elapsed_s']:.3f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=8, help="WRITE size in MiB (default 8)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs (default 5)")
+    parser.add_argument("--profile", action="store_true", help="cProfile one run instead")
+    parser.add_argument("--top", type=int, default=30, help="functions shown with --profile")
+    args = parser.parse_args()
+    size = args.size << 20
+    data = payload(size)
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        run_once(size, data)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+        return
+    run_once(size, data)                       # warm-up: imports, allocator, caches
+    runs = [run_once(size, data) for _ in range(args.repeat)]
+    first = runs[0]
+    print(f"sans-IO core, sender+receiver on one core: {args.size} MiB WRITE = "
+          f"{first['data_packets']:.0f} data packets + {first['sacks']:.0f} SACKs, "
+          f"{args.repeat} runs")
+    report("best", max(runs, key=lambda r: r["total_pps"]))
+    median = {key: statistics.median(r[key] for r in runs) for key in first}
+    report("median", median)
+
+
+if __name__ == "__main__":
+    main()

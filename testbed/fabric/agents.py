@@ -1,0 +1,96 @@
+"""Start and talk to MRC agents (testbed.nic.agent) inside fabric hosts."""
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REPLY_TIMEOUT_S = 30.0
+# The event that answers each command (other events are pushed: completion,
+# ev, periodic stats).
+REPLY = {'register_mr': 'mr', 'create_qp': 'qp', 'connect': 'connected',
+         'post_recv': 'posted', 'post_write': 'posted', 'hash_mr': 'hash',
+         'stats': 'stats', 'evs': 'evs', 'set_denied': 'denied',
+         'report': 'reporting', 'quit': 'bye'}
+
+
+class AgentError(RuntimeError):
+    """An agent answered with an error, died, or did not answer in time."""
+
+
+class AgentHandle:
+    """One agent process: send commands, read events (a reader thread keeps
+    stdout drained so the agent never blocks on a full pipe)."""
+
+    def __init__(self, host, addresses: Path, seed: int = 0) -> None:
+        self.name = host.name
+        self.proc = host.popen(
+            [sys.executable, '-m', 'testbed.nic.agent', '--host', host.name,
+             '--addresses', str(addresses), '--seed', str(seed)],
+            cwd=str(REPO_ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.events: queue.Queue[dict] = queue.Queue()
+        self.log: list[dict] = []      # every event, in order
+        self.unclaimed: list[dict] = []  # received, not yet waited for
+        threading.Thread(target=self._read, daemon=True).start()
+        self.wait_for(lambda e: e['event'] == 'ready')
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            self.log.append(event)
+            self.events.put(event)
+        self.events.put({'event': 'exit'})
+
+    def send(self, **command) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(command) + '\n')
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as err:
+            raise AgentError('%s: agent is gone (%s)' % (self.name, err)) from None
+
+    def call(self, **command) -> dict:
+        """Send a command and return its reply."""
+        self.send(**command)
+        kind = REPLY.get(command.get('cmd'))
+        return self.wait_for(lambda e: e['event'] == kind)
+
+    def wait_for(self, predicate: Callable[[dict], bool],
+                 timeout_s: float = REPLY_TIMEOUT_S) -> dict:
+        """The first event, received before or from now on, that matches;
+        events that do not match stay for later waits."""
+        for i, event in enumerate(self.unclaimed):
+            if predicate(event):
+                return self.unclaimed.pop(i)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                event = self.events.get(timeout=max(0.0, left))
+            except queue.Empty:
+                raise AgentError('%s: no answer within %.0f s'
+                                 % (self.name, timeout_s)) from None
+            if event['event'] == 'exit':
+                raise AgentError('%s: agent exited: %s' % (
+                    self.name, self.proc.stderr.read()[-2000:]))
+            if event['event'] == 'error':
+                raise AgentError('%s: %s' % (self.name, event['message']))
+            if predicate(event):
+                return event
+            self.unclaimed.append(event)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
