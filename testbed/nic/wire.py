@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from ipaddress import IPv6Address
-from typing import Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Union
 
 # --------------------------------------------------------------------------
 # Constants
@@ -170,7 +170,18 @@ _IPV6 = struct.Struct(">IHBB16s16s")
 _UDP = struct.Struct(">HHHH")  # sport, dport, length, checksum
 _INNER = struct.Struct(">IHBB16s16sHHHH")
 
+# Whole data-packet headers (BTH | METH | [TSETH] | RETH | [ImmDt]) in one struct each, indexed
+# by has_timestamp * 2 + has_imm: one pack or unpack call per packet whatever it carries.
+_DATA_BODY_FORMATS = ("HHQII", "HHQIII", "HHIQII", "HHIQIII")
+_DATA_HEADERS = tuple(struct.Struct(">BBBBII" + body) for body in _DATA_BODY_FORMATS)
+_DATA_BODIES = tuple(struct.Struct(">" + body) for body in _DATA_BODY_FORMATS)
+_DATA_PLAIN, _DATA_IMM, _DATA_TS, _DATA_TS_IMM = _DATA_HEADERS
+# A whole SACK but its ICRC: BTH | SETH | CC_STATE.
+_SACK_PACKET = struct.Struct(">BBBBII" + _SACK_BODY.format.lstrip(">"))
+
 assert _SACK_BODY.size == SETH_LEN + CC_STATE_LEN
+assert _DATA_TS_IMM.size == BTH_LEN + METH_LEN + TSETH_LEN + RETH_LEN + IMMDT_LEN
+assert _SACK_PACKET.size == BTH_LEN + SETH_LEN + CC_STATE_LEN
 assert _NACK_BODY.size == NETH_LEN
 assert _EV_PROBE_BODY.size == EV_PROBE_LEN
 assert _EV_PROBE_REPLY_BODY.size == EV_PROBE_REPLY_LEN
@@ -463,6 +474,107 @@ def _check_data_lengths(opcode: int, trim: Trim, payload_len: int, total_length:
 
 
 # --------------------------------------------------------------------------
+# Per-packet encoders
+#
+# The requester and responder call these with plain values rather than building a
+# DataPacket or Sack first: constructing a frozen dataclass costs about as much as
+# encoding it. The packet classes' encode() methods call them too, so both paths
+# validate and lay out bytes identically.
+# --------------------------------------------------------------------------
+
+
+def encode_data(
+    opcode: int,
+    dest_qp: int,
+    psn: int,
+    msn: int,
+    rqmsn: int,
+    remote_offset: int,
+    rkey: int,
+    total_length: int,
+    payload: bytes = b"",
+    imm: int | None = None,
+    tx_timestamp: int | None = None,
+    retransmit: bool = False,
+    ack_request: bool = False,
+    trim: Trim = Trim.NONE,
+) -> bytes:
+    """The bytes of DataPacket(same arguments).encode(); raises WireError likewise."""
+    if opcode not in DATA_OPCODES:
+        raise WireError(f"{opcode!r} is not a data opcode")
+    has_imm = imm is not None
+    if has_imm != (opcode in IMM_OPCODES):
+        raise WireError("ImmDt must be present exactly on *_WITH_IMM opcodes")
+    if (dest_qp | psn) >> 24:  # one test for both; _check_24bit names the culprit
+        _check_24bit("dest_qp/psn", dest_qp, psn)
+    _check_qp(dest_qp)
+    _check_data_lengths(opcode, trim, len(payload), total_length)
+    flags = _TRIM_FLAGS.get(trim)
+    if flags is None:
+        raise WireError(f"unknown trim state {trim!r}")
+    if retransmit:
+        flags |= FLAG_RETRANSMIT
+    if ack_request:
+        flags |= FLAG_ACK_REQUEST
+    try:
+        if tx_timestamp is None:
+            if has_imm:
+                header = _DATA_IMM.pack(opcode, flags, PROTOCOL_VERSION, 0, dest_qp, psn, msn,
+                                        rqmsn, remote_offset, rkey, total_length, imm)
+            else:
+                header = _DATA_PLAIN.pack(opcode, flags, PROTOCOL_VERSION, 0, dest_qp, psn, msn,
+                                          rqmsn, remote_offset, rkey, total_length)
+        elif has_imm:
+            header = _DATA_TS_IMM.pack(opcode, flags | FLAG_TIMESTAMP, PROTOCOL_VERSION, 0,
+                                       dest_qp, psn, msn, rqmsn, tx_timestamp, remote_offset,
+                                       rkey, total_length, imm)
+        else:
+            header = _DATA_TS.pack(opcode, flags | FLAG_TIMESTAMP, PROTOCOL_VERSION, 0, dest_qp,
+                                   psn, msn, rqmsn, tx_timestamp, remote_offset, rkey,
+                                   total_length)
+    except struct.error as exc:
+        raise WireError(f"field out of range: {exc}") from exc
+    return _seal(header, payload)
+
+
+def encode_sack(
+    dest_qp: int,
+    cack_psn: int,
+    ev: int,
+    sack_offset: int = 1,
+    bitmap: int = 0,
+    verdict: Verdict = Verdict.NONE,
+    mpr: int = 0,
+    trigger_psn: int = 0,
+    probe_reply: bool = False,
+    ts_echo: int | None = None,
+    service_time_ns: int = 0,
+    ooo_count: int = 0,
+    rcv_cwnd_pen: int = 0,
+    received_bytes: int = 0,
+) -> bytes:
+    """The bytes of Sack(same arguments).encode(); raises WireError likewise."""
+    if (dest_qp | cack_psn | trigger_psn) >> 24:
+        _check_24bit("dest_qp/cack_psn/trigger_psn", dest_qp, cack_psn, trigger_psn)
+    _check_qp(dest_qp)
+    if not 0 <= rcv_cwnd_pen <= MAX_RCV_CWND_PEN:
+        raise WireError(f"rcv_cwnd_pen {rcv_cwnd_pen} outside 0..127")
+    if verdict not in _VERDICTS:
+        raise WireError(f"unknown verdict {verdict!r}")
+    ts_flag, ts_echo = _echo_field(ts_echo)
+    sack_flags = verdict | (SACK_PROBE_REPLY if probe_reply else 0)
+    try:
+        header = _SACK_PACKET.pack(
+            Opcode.SACK, ts_flag, PROTOCOL_VERSION, 0, dest_qp, cack_psn, sack_offset,
+            sack_flags, mpr, bitmap, ev, trigger_psn, ts_echo, service_time_ns, ooo_count,
+            rcv_cwnd_pen, 0, received_bytes,
+        )
+    except struct.error as exc:
+        raise WireError(f"field out of range: {exc}") from exc
+    return header + _U32.pack(zlib.crc32(header))
+
+
+# --------------------------------------------------------------------------
 # Packet kinds
 # --------------------------------------------------------------------------
 
@@ -491,36 +603,11 @@ class DataPacket:
     trim: Trim = Trim.NONE
 
     def encode(self) -> bytes:
-        opcode = self.opcode
-        if opcode not in DATA_OPCODES:
-            raise WireError(f"{opcode!r} is not a data opcode")
-        if (self.imm is not None) != (opcode in IMM_OPCODES):
-            raise WireError("ImmDt must be present exactly on *_WITH_IMM opcodes")
-        _check_24bit("dest_qp/psn", self.dest_qp, self.psn)
-        _check_qp(self.dest_qp)
-        _check_data_lengths(opcode, self.trim, len(self.payload), self.total_length)
-        parts = [
-            _pack(_BTH_METH, opcode, self._flags(), PROTOCOL_VERSION, 0,
-                  self.dest_qp, self.psn, self.msn, self.rqmsn)
-        ]
-        if self.tx_timestamp is not None:
-            parts.append(_pack(_U32, self.tx_timestamp))
-        parts.append(_pack(_RETH, self.remote_offset, self.rkey, self.total_length))
-        if self.imm is not None:
-            parts.append(_pack(_U32, self.imm))
-        return _seal(b"".join(parts), self.payload)
-
-    def _flags(self) -> int:
-        flags = _TRIM_FLAGS.get(self.trim)
-        if flags is None:
-            raise WireError(f"unknown trim state {self.trim!r}")
-        if self.retransmit:
-            flags |= FLAG_RETRANSMIT
-        if self.ack_request:
-            flags |= FLAG_ACK_REQUEST
-        if self.tx_timestamp is not None:
-            flags |= FLAG_TIMESTAMP
-        return flags
+        return encode_data(
+            self.opcode, self.dest_qp, self.psn, self.msn, self.rqmsn, self.remote_offset,
+            self.rkey, self.total_length, self.payload, self.imm, self.tx_timestamp,
+            self.retransmit, self.ack_request, self.trim,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,20 +635,11 @@ class Sack:
     received_bytes: int = 0
 
     def encode(self) -> bytes:
-        _check_24bit("dest_qp/cack_psn/trigger_psn", self.dest_qp, self.cack_psn, self.trigger_psn)
-        _check_qp(self.dest_qp)
-        if not 0 <= self.rcv_cwnd_pen <= MAX_RCV_CWND_PEN:
-            raise WireError(f"rcv_cwnd_pen {self.rcv_cwnd_pen} outside 0..127")
-        if self.verdict not in _VERDICTS:
-            raise WireError(f"unknown verdict {self.verdict!r}")
-        ts_flag, ts_echo = _echo_field(self.ts_echo)
-        sack_flags = self.verdict | (SACK_PROBE_REPLY if self.probe_reply else 0)
-        body = _pack(
-            _SACK_BODY, self.sack_offset, sack_flags, self.mpr, self.bitmap, self.ev,
-            self.trigger_psn, ts_echo, self.service_time_ns, self.ooo_count,
-            self.rcv_cwnd_pen, 0, self.received_bytes,
+        return encode_sack(
+            self.dest_qp, self.cack_psn, self.ev, self.sack_offset, self.bitmap, self.verdict,
+            self.mpr, self.trigger_psn, self.probe_reply, self.ts_echo, self.service_time_ns,
+            self.ooo_count, self.rcv_cwnd_pen, self.received_bytes,
         )
-        return _seal(_bth(Opcode.SACK, ts_flag, self.dest_qp, self.cack_psn) + body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -653,38 +731,112 @@ Packet = Union[DataPacket, Sack, Nack, ReliabilityProbe, EvProbe, EvProbeReply]
 # --------------------------------------------------------------------------
 
 
-def _decode_data(
-    buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
-) -> DataPacket:
-    trim = _TRIM_BY_BITS[flags >> 3 & 3]
-    if trim is None:
-        raise WireError("TRIMMED_LASTHOP flag without TRIMMED")
-    has_ts = flags & FLAG_TIMESTAMP
-    has_imm = opcode in IMM_OPCODES
-    end = n - ICRC_LEN
-    header_len = BTH_LEN + METH_LEN + RETH_LEN + (TSETH_LEN if has_ts else 0)
-    header_len += IMMDT_LEN if has_imm else 0
-    if end < header_len:
-        raise WireError(f"truncated data packet: {n} bytes, headers need {header_len + ICRC_LEN}")
-    _check_crc(buf, end)
-    msn, rqmsn = _METH.unpack_from(buf, BTH_LEN)
-    offset = BTH_LEN + METH_LEN
-    tx_timestamp = None
-    if has_ts:
-        (tx_timestamp,) = _U32.unpack_from(buf, offset)
-        offset += TSETH_LEN
-    remote_offset, rkey, total_length = _RETH.unpack_from(buf, offset)
-    offset += RETH_LEN
-    imm = None
-    if has_imm:
-        (imm,) = _U32.unpack_from(buf, offset)
-        offset += IMMDT_LEN
-    payload = bytes(buf[offset:end])
-    _check_data_lengths(opcode, trim, len(payload), total_length)
-    return DataPacket(
-        opcode, dqp, psn, msn, rqmsn, remote_offset, rkey, total_length, payload, imm,
-        tx_timestamp, bool(flags & FLAG_RETRANSMIT), bool(flags & FLAG_ACK_REQUEST), trim,
-    )
+class RxData:
+    """A received data packet as the endpoint's receive path sees it (decode_received).
+
+    The fields, order and meaning of DataPacket in a plain __slots__ class: a frozen
+    dataclass sets each of its 14 fields through object.__setattr__, which costs about
+    a microsecond per packet, more than decoding the headers. Built only from bytes that
+    passed every check decode() makes.
+    """
+
+    __slots__ = ("opcode", "dest_qp", "psn", "msn", "rqmsn", "remote_offset", "rkey",
+                 "total_length", "payload", "imm", "tx_timestamp", "retransmit", "ack_request",
+                 "trim")
+
+    def __init__(self, opcode: Opcode, dest_qp: int, psn: int, msn: int, rqmsn: int,
+                 remote_offset: int, rkey: int, total_length: int, payload: bytes,
+                 imm: int | None, tx_timestamp: int | None, retransmit: bool,
+                 ack_request: bool, trim: Trim) -> None:
+        self.opcode = opcode
+        self.dest_qp = dest_qp
+        self.psn = psn
+        self.msn = msn
+        self.rqmsn = rqmsn
+        self.remote_offset = remote_offset
+        self.rkey = rkey
+        self.total_length = total_length
+        self.payload = payload
+        self.imm = imm
+        self.tx_timestamp = tx_timestamp
+        self.retransmit = retransmit
+        self.ack_request = ack_request
+        self.trim = trim
+
+    def packet(self) -> DataPacket:
+        return DataPacket(*(getattr(self, name) for name in self.__slots__))
+
+
+class RxSack:
+    """A received SACK as the endpoint's receive path sees it: Sack's fields (see RxData)."""
+
+    __slots__ = ("dest_qp", "cack_psn", "ev", "sack_offset", "bitmap", "verdict", "mpr",
+                 "trigger_psn", "probe_reply", "ts_echo", "service_time_ns", "ooo_count",
+                 "rcv_cwnd_pen", "received_bytes")
+
+    def __init__(self, dest_qp: int, cack_psn: int, ev: int, sack_offset: int, bitmap: int,
+                 verdict: Verdict, mpr: int, trigger_psn: int, probe_reply: bool,
+                 ts_echo: int | None, service_time_ns: int, ooo_count: int, rcv_cwnd_pen: int,
+                 received_bytes: int) -> None:
+        self.dest_qp = dest_qp
+        self.cack_psn = cack_psn
+        self.ev = ev
+        self.sack_offset = sack_offset
+        self.bitmap = bitmap
+        self.verdict = verdict
+        self.mpr = mpr
+        self.trigger_psn = trigger_psn
+        self.probe_reply = probe_reply
+        self.ts_echo = ts_echo
+        self.service_time_ns = service_time_ns
+        self.ooo_count = ooo_count
+        self.rcv_cwnd_pen = rcv_cwnd_pen
+        self.received_bytes = received_bytes
+
+    def packet(self) -> Sack:
+        return Sack(*(getattr(self, name) for name in self.__slots__))
+
+
+_Decoder = Callable[[bytes, int, Opcode, int, int, int], Any]
+
+
+def _data_decoder(make: Callable[..., Any]) -> _Decoder:
+    """Data-packet decoder building its result with ``make`` (DataPacket or RxData)."""
+
+    def decode_data(buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int) -> Any:
+        trim = _TRIM_BY_BITS[flags >> 3 & 3]
+        if trim is None:
+            raise WireError("TRIMMED_LASTHOP flag without TRIMMED")
+        has_imm = opcode in IMM_OPCODES
+        layout = (2 if flags & FLAG_TIMESTAMP else 0) + has_imm
+        body = _DATA_BODIES[layout]
+        header_len = BTH_LEN + body.size
+        end = n - ICRC_LEN
+        if end < header_len:
+            raise WireError(
+                f"truncated data packet: {n} bytes, headers need {header_len + ICRC_LEN}"
+            )
+        _check_crc(buf, end)
+        fields = body.unpack_from(buf, BTH_LEN)
+        tx_timestamp = imm = None
+        if layout == 0:
+            msn, rqmsn, remote_offset, rkey, total_length = fields
+        elif layout == 1:
+            msn, rqmsn, remote_offset, rkey, total_length, imm = fields
+        elif layout == 2:
+            msn, rqmsn, tx_timestamp, remote_offset, rkey, total_length = fields
+        else:
+            msn, rqmsn, tx_timestamp, remote_offset, rkey, total_length, imm = fields
+        payload = buf[header_len:end]
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        _check_data_lengths(opcode, trim, len(payload), total_length)
+        return make(
+            opcode, dqp, psn, msn, rqmsn, remote_offset, rkey, total_length, payload, imm,
+            tx_timestamp, (flags & FLAG_RETRANSMIT) != 0, (flags & FLAG_ACK_REQUEST) != 0, trim,
+        )
+
+    return decode_data
 
 
 def _check_exact_length(kind: str, n: int, expected: int) -> None:
@@ -694,25 +846,29 @@ def _check_exact_length(kind: str, n: int, expected: int) -> None:
         raise WireError(f"inconsistent length for {kind}: {n} bytes, expected {expected}")
 
 
-def _decode_sack(
-    buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
-) -> Sack:
-    _check_exact_length("SACK", n, SACK_LEN)
-    _check_crc(buf, n - ICRC_LEN)
-    (sack_offset, sack_flags, mpr, bitmap, ev, trigger_psn, ts_echo, service_time_ns,
-     ooo_count, pen, reserved, received_bytes) = _SACK_BODY.unpack_from(buf, BTH_LEN)
-    verdict = _VERDICT_BY_BITS[sack_flags & SACK_VERDICT_MASK]
-    if verdict is None:
-        raise WireError("unknown SACK verdict 3")
-    if sack_flags & _SACK_RESERVED or reserved or trigger_psn >> 24:
-        raise WireError("reserved bits set in SACK")
-    if pen > MAX_RCV_CWND_PEN:
-        raise WireError(f"rcv_cwnd_pen {pen} outside 0..127")
-    return Sack(
-        dqp, psn, ev, sack_offset, bitmap, verdict, mpr, trigger_psn,
-        bool(sack_flags & SACK_PROBE_REPLY), _echo_value(flags, ts_echo), service_time_ns,
-        ooo_count, pen, received_bytes,
-    )
+def _sack_decoder(make: Callable[..., Any]) -> _Decoder:
+    """SACK decoder building its result with ``make`` (Sack or RxSack)."""
+
+    def decode_sack(buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int) -> Any:
+        if n != SACK_LEN:
+            _check_exact_length("SACK", n, SACK_LEN)
+        _check_crc(buf, n - ICRC_LEN)
+        (sack_offset, sack_flags, mpr, bitmap, ev, trigger_psn, ts_echo, service_time_ns,
+         ooo_count, pen, reserved, received_bytes) = _SACK_BODY.unpack_from(buf, BTH_LEN)
+        verdict = _VERDICT_BY_BITS[sack_flags & SACK_VERDICT_MASK]
+        if verdict is None:
+            raise WireError("unknown SACK verdict 3")
+        if sack_flags & _SACK_RESERVED or reserved or trigger_psn >> 24:
+            raise WireError("reserved bits set in SACK")
+        if pen > MAX_RCV_CWND_PEN:
+            raise WireError(f"rcv_cwnd_pen {pen} outside 0..127")
+        return make(
+            dqp, psn, ev, sack_offset, bitmap, verdict, mpr, trigger_psn,
+            (sack_flags & SACK_PROBE_REPLY) != 0, _echo_value(flags, ts_echo), service_time_ns,
+            ooo_count, pen, received_bytes,
+        )
+
+    return decode_sack
 
 
 def _decode_nack(
@@ -765,19 +921,27 @@ def _decode_ev_probe_reply(
     return EvProbeReply(psn, ev, port, rx_port, ts_echo, service_time_ns)
 
 
-_Decoder = Callable[[bytes, int, Opcode, int, int, int], Packet]
 
-# opcode value -> (opcode, decoder, BTH flag bits it may carry, is an endpoint operation)
-_DISPATCH: dict[int, tuple[Opcode, _Decoder, int, bool]] = {
-    **{op.value: (op, _decode_data, _DATA_FLAGS, False) for op in DATA_OPCODES},
-    Opcode.SACK.value: (Opcode.SACK, _decode_sack, FLAG_TIMESTAMP, False),
-    Opcode.NACK.value: (Opcode.NACK, _decode_nack, FLAG_TIMESTAMP, False),
-    Opcode.RELIABILITY_PROBE.value: (
-        Opcode.RELIABILITY_PROBE, _decode_reliability_probe, FLAG_TIMESTAMP, False
-    ),
-    Opcode.EV_PROBE.value: (Opcode.EV_PROBE, _decode_ev_probe, 0, True),
-    Opcode.EV_PROBE_REPLY.value: (Opcode.EV_PROBE_REPLY, _decode_ev_probe_reply, 0, True),
-}
+
+def _dispatch_table(
+    data: Callable[..., Any], sack: Callable[..., Any]
+) -> dict[int, tuple[Opcode, _Decoder, int, bool]]:
+    """opcode value -> (opcode, decoder, BTH flag bits it may carry, is an endpoint operation)."""
+    decode_data = _data_decoder(data)
+    return {
+        **{op.value: (op, decode_data, _DATA_FLAGS, False) for op in DATA_OPCODES},
+        Opcode.SACK.value: (Opcode.SACK, _sack_decoder(sack), FLAG_TIMESTAMP, False),
+        Opcode.NACK.value: (Opcode.NACK, _decode_nack, FLAG_TIMESTAMP, False),
+        Opcode.RELIABILITY_PROBE.value: (
+            Opcode.RELIABILITY_PROBE, _decode_reliability_probe, FLAG_TIMESTAMP, False
+        ),
+        Opcode.EV_PROBE.value: (Opcode.EV_PROBE, _decode_ev_probe, 0, True),
+        Opcode.EV_PROBE_REPLY.value: (Opcode.EV_PROBE_REPLY, _decode_ev_probe_reply, 0, True),
+    }
+
+
+_DISPATCH = _dispatch_table(DataPacket, Sack)
+_RX_DISPATCH = _dispatch_table(RxData, RxSack)
 
 
 def _check_destination(endpoint_op: bool, dqp: int, psn: int) -> None:
@@ -794,21 +958,32 @@ def decode(buf: bytes) -> Packet:
 
     For any bytes-like input this returns a packet or raises WireError.
     """
+    return _decode(buf, _DISPATCH)
+
+
+def decode_received(buf: bytes) -> Packet | RxData | RxSack:
+    """decode() for the endpoint's receive path: same checks, same WireError, but data
+    packets and SACKs come back as RxData / RxSack (same fields, cheaper to build)."""
+    return _decode(buf, _RX_DISPATCH)
+
+
+def _decode(buf: bytes, table: dict[int, tuple[Opcode, _Decoder, int, bool]]) -> Any:
     n = len(buf)
     if n < BTH_LEN + ICRC_LEN:
         raise WireError(f"truncated packet: {n} bytes")
     opcode_value, flags, version, reserved, dqp, psn = _BTH.unpack_from(buf)
     if version != PROTOCOL_VERSION:
         raise WireError(f"bad protocol version {version}, expected {PROTOCOL_VERSION}")
-    if reserved or dqp >> 24 or psn >> 24:
+    if reserved or (dqp | psn) >> 24:
         raise WireError("reserved bits set in BTH")
-    entry = _DISPATCH.get(opcode_value)
+    entry = table.get(opcode_value)
     if entry is None:
         raise WireError(f"unknown opcode {opcode_value:#04x}")
     opcode, decoder, allowed_flags, endpoint_op = entry
     if flags & ~allowed_flags:
         raise WireError(f"flags {flags:#04x} not valid for opcode {opcode.name}")
-    _check_destination(endpoint_op, dqp, psn)
+    if endpoint_op or dqp == EP_OP_QP:
+        _check_destination(endpoint_op, dqp, psn)
     return decoder(buf, n, opcode, flags, dqp, psn)
 
 
@@ -834,7 +1009,8 @@ __all__ = [
     "PROTOCOL_VERSION", "PSN_BITS", "PSN_MASK", "PSN_SPACE", "Packet", "RETH_LEN",
     "ReliabilityProbe", "SACK_BITMAP_BITS", "SACK_LEN", "SETH_LEN", "Sack", "TSETH_LEN",
     "TIMESTAMP_MASK", "Trim", "UDP_HEADER_LEN", "UDP_PORT", "Verdict", "WireError", "BTH_LEN",
-    "build_inner", "decode", "ev_to_sport_flowlabel", "ipv6_header", "max_payload",
+    "RxData", "RxSack", "build_inner", "decode", "decode_received", "encode_data",
+    "encode_sack", "ev_to_sport_flowlabel", "ipv6_header", "max_payload",
     "parse_inner", "psn_add", "psn_diff", "psn_le", "psn_lt", "sack_bitmap", "sack_holes",
     "sack_received_psns", "sport_flowlabel_to_ev", "timestamp_elapsed_us", "timestamp_us",
     "trim_data_packet", "udp_header",
