@@ -25,7 +25,9 @@ Choices (where the sources leave room):
    2 plane bits, 1+2+1 bits for agg/core/agg), close to P1's (plane, T0-uplink) EVs, and
    it fits the 32-bit entropy the SACK reflects. The fields cover every path of the pair,
    so :meth:`PairEvs.ev_for` can encode paths trimmed out of the array (e.g. for a later
-   REPLACE_EV). Nothing is assumed about how the plan numbers blocks or uSIDs.
+   REPLACE_EV). Nothing is assumed about how the plan numbers blocks or uSIDs. A compact
+   EV means something only under its own pair's profile: the same bits may name a path
+   of another pair, as with any EV read under another profile.
 4. **One EXP profile per pair**, the array plane by plane (ascending), each plane's slots
    exactly :meth:`ExplicitEvController.paths_by_plane` for that plane, so the profile and
    the QP's EvTable see the same paths in the same proportions.
@@ -295,7 +297,14 @@ class ExplicitEvController:
 
     def paths_by_plane(self, src: str, dst: str,
                        per_plane: int | None = None) -> dict[int, list[str]]:
-        """Per plane, the carriers repeated/trimmed to an equal share: a QP's RTR input."""
+        """Per plane, the carriers repeated/trimmed to an equal share: a QP's RTR input.
+
+        ``per_plane=None`` on a built pair gives the share its profile was built with,
+        so the QP and the profile always agree.
+        """
+        built = self._pairs.get((src, dst))
+        if built is not None and per_plane is None:
+            return {plane: list(carriers) for plane, carriers in built.paths_by_plane.items()}
         paths = self.plane_paths(src, dst)
         return self._select(src, dst, paths, self._share(paths, per_plane))
 

@@ -30,6 +30,7 @@ from testbed.fabric.agents import AgentHandle
 from testbed.fabric.features import ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.netns import write_sysctl
+from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import TopoSpec
 from testbed.fabric.usid_plan import FabricPlan
 
@@ -63,6 +64,7 @@ class FabricNet:
         self.controller: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
         self.agents: dict[str, AgentHandle] = {}
+        self.lock = RunLock()
 
     def __enter__(self) -> 'FabricNet':
         try:
@@ -77,6 +79,7 @@ class FabricNet:
 
     def start(self) -> None:
         setLogLevel(os.environ.get('MRC_MININET_LOG', 'warning'))
+        self.lock.acquire()
         ovs.ensure_running()
         t0 = time.monotonic()
         port = self._start_controller()
@@ -177,6 +180,7 @@ class FabricNet:
                                self.datapath)
             self.net = None
         shutil.rmtree(self.workdir, ignore_errors=True)
+        self.lock.release()
         self.timings['teardown_s'] = time.monotonic() - t0
 
 

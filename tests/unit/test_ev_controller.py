@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import random
 from collections import Counter
 from itertools import permutations
 
@@ -145,8 +146,10 @@ def test_profiles_are_online_and_sized_sensibly(built) -> None:
 
 def test_paths_by_plane_matches_the_profile_array(built) -> None:
     plan, controller = built
+    fresh = ExplicitEvController(plan)  # same seed, nothing built: recomputed from the plan
     for pair in all_pairs(plan, controller)[:20]:
         assert controller.paths_by_plane(pair.src, pair.dst) == pair.paths_by_plane
+        assert fresh.paths_by_plane(pair.src, pair.dst) == pair.paths_by_plane
 
 
 def test_each_pair_has_its_own_profile_and_shares_the_format(built) -> None:
@@ -158,7 +161,6 @@ def test_each_pair_has_its_own_profile_and_shares_the_format(built) -> None:
 
 
 def test_paths_by_plane_feeds_an_ev_table(fattree: ExplicitEvController) -> None:
-    import random
     pair = fattree.explicit_evs('h1', 'h16')
     table = EvTable(pair.paths_by_plane, pair.table_config(), random.Random(1))
     assert table.active_by_plane() == {1: 64, 2: 64}
@@ -231,7 +233,9 @@ def test_rebuilding_with_another_share_needs_a_release(fattree: ExplicitEvContro
         fattree.explicit_evs('h1', 'h3', per_plane=4)
     fattree.release('h1', 'h3')
     assert first.ev_profile.state is ProfileState.INIT
-    assert fattree.explicit_evs('h1', 'h3', per_plane=4).ev_count == 8
+    again = fattree.explicit_evs('h1', 'h3', per_plane=4)
+    assert again.ev_count == 8
+    assert fattree.paths_by_plane('h1', 'h3') == again.paths_by_plane  # the built share
 
 
 def test_release_is_ebusy_while_a_qp_uses_the_profile(fattree: ExplicitEvController) -> None:
@@ -307,13 +311,27 @@ def test_a_host_has_no_path_to_itself(fattree: ExplicitEvController) -> None:
         fattree.explicit_evs('h4', 'h4')
 
 
-def test_an_ev_of_another_pair_is_not_a_path(fattree: ExplicitEvController) -> None:
+def test_an_ev_that_expands_to_no_path_is_refused(fattree: ExplicitEvController) -> None:
+    pair = fattree.explicit_evs('h1', 'h16')
+    # Bits: plane 01, agg 0, core 00, far agg 1: core 0 reaches pod 3 through agg 0x2006.
+    with pytest.raises(EvControllerError, match='expands to fcbb:bb01:1000:2000:3000:2007:'
+                       '1007:8010, which is not a path from h1 to h16'):
+        pair.path_for(EvEntry(b'\x44', 1))
+
+
+def test_an_ev_wider_than_the_pair_profile_is_refused(fattree: ExplicitEvController) -> None:
+    near = fattree.explicit_evs('h1', 'h2')  # same edge: only the 2 plane bits vary
+    assert near.compact_width == 2
+    with pytest.raises(ProfileError, match='beyond the 2 bits'):
+        near.path_for(EvEntry(b'\x7c', 1))
+
+
+def test_a_path_of_another_pair_has_no_ev_here(fattree: ExplicitEvController) -> None:
     near = fattree.explicit_evs('h1', 'h2')
-    far = fattree.explicit_evs('h1', 'h16')
-    with pytest.raises(EvControllerError, match='not a path from h1 to h2'):
-        near.path_for(far.ev_profile.ev_array[0])
-    with pytest.raises(EvControllerError, match='not a path from h1 to h2'):
-        near.ev_for(far.paths_by_plane[1][0])
+    far = fattree.plan.paths('h1', 'h16', 1)[0]
+    for target in (far, far.carrier):
+        with pytest.raises(EvControllerError, match='not a path from h1 to h2'):
+            near.ev_for(target)
 
 
 def test_an_ev_on_the_wrong_port_is_refused(fattree: ExplicitEvController) -> None:
