@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -36,8 +37,24 @@ def _parser() -> argparse.ArgumentParser:
                         '(repeatable), e.g. p1a0x0-p1c0')
     verify.add_argument('--json', action='store_true')
     verify.set_defaults(func=cmd_verify)
+    run = sub.add_parser('run', help='run a scenario file and write '
+                         'results/<scenario>/<UTC time>/')
+    run.add_argument('scenario', nargs='?', metavar='SCENARIO',
+                     default='scenarios/link_failure_allreduce.yaml',
+                     help='scenario YAML (default: %(default)s)')
+    run.add_argument('--transport', action='append', default=None,
+                     choices=['mrc', 'rc', 'ecmp', 'tcp', 'mptcp'],
+                     help='only these transports (repeatable)')
+    run.add_argument('--out', default='results', metavar='DIR',
+                     help='results root (default: %(default)s)')
+    run.add_argument('--seed', type=int, default=None)
+    run.add_argument('--quick', action='store_true',
+                     help="the scenario's short form (its quick: section)")
+    run.set_defaults(func=cmd_run)
     clean = sub.add_parser('clean', help='remove everything of ours from '
                            'this machine (after a crash or kill)')
+    clean.add_argument('--force', action='store_true',
+                       help='also tear down a fabric that is running now')
     clean.set_defaults(func=cmd_clean)
     return parser
 
@@ -125,11 +142,42 @@ def _print_verify(report) -> None:
     print('result         %s' % ('PASS' if report.ok else 'FAIL'))
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from testbed.workload.scenario import ScenarioError, load_scenario
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as err:
+        return _usage_error(str(err))
+    if (code := _need_root('run')) is not None:
+        return code
+    from testbed.workload.report import table
+    from testbed.workload.run_scenario import run_scenario
+    transports = tuple(args.transport) if args.transport else None
+    out, summary = run_scenario(
+        scenario, Path(args.out), transports, args.quick, args.seed,
+        progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(table(summary))
+    print('\nresults: %s (report.md, summary.json, timeline.csv, '
+          'events.jsonl, plots)' % out)
+    trusted = all(m['trusted'] for m in summary.values())
+    return EXIT_OK if trusted else EXIT_FAILED
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
     if (code := _need_root('clean')) is not None:
         return code
     from testbed.fabric.clean import clean, leftovers
-    removed = clean()
+    from testbed.fabric.run_lock import FabricBusy, RunLock
+    lock = RunLock()
+    try:
+        lock.acquire(wait_s=0)
+    except FabricBusy as err:
+        if not args.force:
+            return _usage_error('%s; `clean --force` tears it down' % err)
+    try:
+        removed = clean()
+    finally:
+        lock.release()
     print('removed: ' + ', '.join('%d %s' % (n, kind)
                                   for kind, n in removed.items()))
     left = {k: v for k, v in leftovers().items() if v}

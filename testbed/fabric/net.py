@@ -59,7 +59,7 @@ class FabricNet:
         self.datapath = datapath or ovs_datapath()
         self.topo = spec.build()
         self.plan = FabricPlan.from_topo(self.topo)
-        self.workdir = Path(tempfile.mkdtemp(prefix='mrc-fabric-'))
+        self.workdir: Path | None = None    # made once the run lock is ours
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
@@ -80,6 +80,7 @@ class FabricNet:
     def start(self) -> None:
         setLogLevel(os.environ.get('MRC_MININET_LOG', 'warning'))
         self.lock.acquire()
+        self.workdir = Path(tempfile.mkdtemp(prefix='mrc-fabric-'))
         ovs.ensure_running()
         t0 = time.monotonic()
         port = self._start_controller()
@@ -179,7 +180,8 @@ class FabricNet:
             ovs.delete_bridges([s.name for s in self.net.switches],
                                self.datapath)
             self.net = None
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         self.lock.release()
         self.timings['teardown_s'] = time.monotonic() - t0
 

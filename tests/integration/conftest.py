@@ -10,6 +10,7 @@ import pytest
 from testbed.fabric import ovs
 from testbed.fabric.clean import clean, leftovers
 from testbed.fabric.net import FabricNet
+from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import parse_topo_spec
 
 if os.geteuid() != 0:
@@ -18,14 +19,24 @@ if os.geteuid() != 0:
 
 @pytest.fixture(scope='session', autouse=True)
 def spotless_machine():
-    ovs.ensure_running()
-    stale = {k: v for k, v in leftovers().items() if v}
-    if stale:
-        clean()  # a previous run died: start from a clean machine
+    """Leftovers are judged only while we hold the run lock: with it, no
+    fabric of anyone's is running, so whatever is there was leaked."""
+    lock = RunLock()
+    lock.acquire()
+    try:
+        ovs.ensure_running()
+        if any(leftovers().values()):
+            clean()  # a previous run died: start from a clean machine
+    finally:
+        lock.release()
     yield
-    left = {k: v for k, v in leftovers().items() if v}
-    if left:
-        clean()
+    lock.acquire()
+    try:
+        left = {k: v for k, v in leftovers().items() if v}
+        if left:
+            clean()
+    finally:
+        lock.release()
     assert not left, 'the test session leaked: %s' % left
 
 

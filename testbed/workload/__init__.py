@@ -1,0 +1,1 @@
+"""Scenarios, workloads and the runs that compare transports on them."""

@@ -1,0 +1,61 @@
+"""Was the emulator keeping up? Read over a run from the kernel's and
+OVS's own counters; a result taken on a saturated emulator is flagged."""
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+
+BUSY_LIMIT = 0.95          # of all cores, machine-wide
+PROCESS_LIMIT = 0.9        # of one core: a Python event loop's ceiling
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    with open('/proc/stat') as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]          # idle + iowait
+    return sum(fields), idle
+
+
+def _lost_upcalls() -> int:
+    out = subprocess.run(['ovs-appctl', 'dpctl/show'], capture_output=True,
+                         text=True).stdout
+    return sum(int(x) for x in re.findall(r'lost:(\d+)', out))
+
+
+@dataclass
+class HealthSample:
+    wall: float
+    process_cpu: float
+    ticks: tuple[int, int]
+    lost: int
+
+    @classmethod
+    def now(cls) -> 'HealthSample':
+        return cls(time.monotonic(), time.process_time(), _cpu_ticks(),
+                   _lost_upcalls())
+
+
+def health_between(start: HealthSample, end: HealthSample,
+                   missing_features: list[str]) -> dict:
+    wall = max(end.wall - start.wall, 1e-9)
+    total = end.ticks[0] - start.ticks[0]
+    idle = end.ticks[1] - start.ticks[1]
+    machine_busy = 1 - idle / total if total else 0.0
+    process = (end.process_cpu - start.process_cpu) / wall
+    lost = end.lost - start.lost
+    saturation = []
+    if machine_busy > BUSY_LIMIT:
+        saturation.append('machine CPU %.0f%% busy' % (100 * machine_busy))
+    if process > PROCESS_LIMIT:
+        saturation.append('endpoint loop used %.0f%% of a core'
+                          % (100 * process))
+    if lost:
+        saturation.append('OVS datapath lost %d upcalls' % lost)
+    reasons = saturation + ['kernel lacks %s' % f for f in missing_features]
+    return {'machine_cpu_busy': round(machine_busy, 3),
+            'endpoint_process_cpu': round(process, 3),
+            'ovs_lost_upcalls': lost, 'missing_features': missing_features,
+            'saturated': bool(saturation), 'trusted': not reasons,
+            'reasons': reasons}

@@ -1,0 +1,164 @@
+"""Flows over the project's own endpoints (MRC, and the RC and ECMP
+baselines built from the same code), all hosts' NICs driven by one event
+loop in this process.
+
+Like a collective library, each (src, dst) pair keeps one connected QP for
+the whole run and posts every flow between them as a WRITE on it: what a QP
+learned about its paths (dead EVs, an RC path's fate) carries over from one
+step to the next, as it does in a real job.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+
+from testbed.fabric.net import FabricNet
+from testbed.fabric.netns import inside
+from testbed.nic.emulated_timescale import emulated_qp_attrs
+from testbed.nic.endpoint import Endpoint, connect
+from testbed.nic.memory import MemoryRegion
+from testbed.nic.outgoing import Outgoing
+from testbed.nic.qp import QueuePair
+from testbed.nic.socket_runtime import AddressBook, Nic, SocketRuntime
+
+DATA_OPCODES = range(0x06, 0x0C)
+REGION_BYTES = 64 << 20       # the largest flow one pair may carry
+
+
+@dataclass
+class Connection:
+    requester: QueuePair
+    responder: QueuePair
+    region: MemoryRegion
+
+
+@dataclass
+class EndpointFlow:
+    flow_id: int
+    size: int
+    data: bytes
+    conn: Connection
+    received_before: int          # the responder's byte count at post time
+    status: str = 'running'       # running | done | failed
+    error: str | None = None
+    corrupt: int = 0
+
+
+class EndpointFlows:
+    """Start flows, advance the loop, read progress at any time."""
+
+    def __init__(self, fab: FabricNet, transport: str, link_rate_bps: float,
+                 seed: int) -> None:
+        self.fab = fab
+        self.transport = transport
+        plan = fab.plan
+        self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
+        self.runtime = SocketRuntime(self.book, tap=self._count)
+        # NSCC is sized for what one QP can reach: every plane at line rate.
+        self.attrs = emulated_qp_attrs(link_rate_bps * len(plan.planes))
+        self.endpoints: dict[str, Endpoint] = {}
+        self.connections: dict[tuple[str, str], Connection] = {}
+        self.flows: dict[int, EndpointFlow] = {}
+        self.seed = seed
+        self.plane_bytes: Counter[int] = Counter()
+        self.path_bytes: Counter[str] = Counter()
+
+    def _endpoint(self, host: str) -> Endpoint:
+        if host not in self.endpoints:
+            ep = Endpoint(host, seed=self.seed * 1000 + len(self.endpoints))
+            with inside(self.fab.host_pid(host)):
+                self.runtime.add(ep)
+            self.endpoints[host] = ep
+        return self.endpoints[host]
+
+    def _count(self, now: float, nic: Nic, pkt: Outgoing) -> None:
+        if pkt.data[0] in DATA_OPCODES:
+            self.plane_bytes[pkt.plane] += len(pkt.data)
+            self.path_bytes[pkt.path] += len(pkt.data)
+
+    def _paths(self, src: str, dst: str) -> dict[int, list[str]]:
+        return {p: [x.carrier for x in self.fab.plan.paths(src, dst, p)]
+                for p in self.fab.plan.planes}
+
+    def _connection(self, src: str, dst: str) -> Connection:
+        if (src, dst) not in self.connections:
+            a, b = self._endpoint(src), self._endpoint(dst)
+            qa, qb = connect(a, b, self._paths(src, dst),
+                             self._paths(dst, src), self.transport,
+                             **self.attrs)
+            self.connections[(src, dst)] = Connection(
+                qa, qb, b.register_mr(bytearray(REGION_BYTES)))
+        return self.connections[(src, dst)]
+
+    def start(self, flow_id: int, src: str, dst: str, size: int) -> dict:
+        """Returns what the flow runs on (for the event log)."""
+        if size > REGION_BYTES:
+            raise ValueError('flow %d: %d bytes exceeds the %d-byte region'
+                             % (flow_id, size, REGION_BYTES))
+        conn = self._connection(src, dst)
+        data = os.urandom(size)
+        responder = conn.responder.responder
+        self.flows[flow_id] = EndpointFlow(
+            flow_id, size, data, conn,
+            responder.received_bytes if responder else 0)
+        if conn.requester.error is not None:   # the QP died earlier
+            self._finish(self.flows[flow_id], False, conn.requester.error[1])
+        else:
+            conn.requester.post_write(data, 0, conn.region.rkey,
+                                      wr_id=flow_id)
+        route = conn.requester.pinned_route
+        return {'qpn': conn.requester.qpn, 'pinned_path': None if route is None
+                else {'plane': route.plane, 'path': route.path}}
+
+    def poll(self) -> None:
+        self.runtime.turn()
+        for host, ep in self.endpoints.items():
+            for wc in ep.poll_cq():
+                flow = self.flows.get(wc.wr_id)
+                if flow is not None and ep.qp(wc.qp_num) is flow.conn.requester:
+                    self._finish(flow, wc.ok, None if wc.ok else wc.status_text)
+
+    def _finish(self, flow: EndpointFlow, ok: bool, error: str | None) -> None:
+        flow.status, flow.error = ('done' if ok else 'failed'), error
+        if ok:   # check now: the next flow of this pair reuses the region
+            got = flow.conn.region.buf[:flow.size]
+            flow.corrupt = 0 if got == flow.data else sum(
+                1 for x, y in zip(got, flow.data) if x != y)
+
+    def delivered(self, flow_id: int) -> int:
+        flow = self.flows[flow_id]
+        if flow.status == 'done':
+            return flow.size
+        responder = flow.conn.responder.responder
+        got = (responder.received_bytes if responder else 0) - \
+            flow.received_before
+        return max(0, min(flow.size, got))
+
+    def status(self, flow_id: int) -> str:
+        return self.flows[flow_id].status
+
+    def error(self, flow_id: int) -> str | None:
+        return self.flows[flow_id].error
+
+    def corrupt_bytes(self, flow_id: int) -> int:
+        """Bytes of a completed write that differed from what was sent."""
+        return self.flows[flow_id].corrupt
+
+    def retransmitted_bytes(self) -> int:
+        return sum(c.requester.counters.retransmitted_bytes
+                   for c in self.connections.values())
+
+    def ev_events(self) -> list[dict]:
+        out = []
+        for (src, dst), conn in self.connections.items():
+            table = conn.requester.ev_table
+            for e in table.poll_events() if table else ():
+                out.append({'time': e.time, 'event': 'ev_state', 'src': src,
+                            'dst': dst, 'ev_id': e.ev_id, 'plane': e.plane,
+                            'path': str(e.path), 'old': str(e.old_state),
+                            'new': str(e.new_state), 'reason': str(e.reason)})
+        return out
+
+    def close(self) -> None:
+        self.runtime.close()

@@ -1,0 +1,109 @@
+"""The run's pictures (PNG, matplotlib without a display)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+
+from testbed.workload.metrics import smoothed  # noqa: E402
+from testbed.workload.runner import BIN_S, TransportRun  # noqa: E402
+
+COLOURS = {'mrc': '#1b7837', 'rc': '#b2182b', 'ecmp': '#2166ac',
+           'tcp': '#762a83', 'mptcp': '#e08214'}
+
+
+def _first_reps(runs: list[TransportRun]) -> list[TransportRun]:
+    return [r for r in runs if r.repetition == 0]
+
+
+def goodput_plot(path: Path, runs: list[TransportRun], title: str) -> None:
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for run in _first_reps(runs):
+        mbps = smoothed([b * 8 / BIN_S / 1e6 for b in run.goodput_bins], BIN_S)
+        ax.plot([(i + 1) * BIN_S for i in range(len(mbps))], mbps,
+                label=run.transport, color=COLOURS.get(run.transport))
+    faults = {f for run in runs for f in run.fault_times}
+    for at, kind in sorted(faults):
+        ax.axvline(at, color='grey', linestyle='--', linewidth=0.8)
+        ax.annotate(kind, (at, ax.get_ylim()[1]), rotation=90, fontsize=7,
+                    va='top', ha='right', color='grey')
+    ax.set(xlabel='time (s)', ylabel='goodput (Mbit/s, 100 ms mean)',
+           title=title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plane_plot(path: Path, runs: list[TransportRun]) -> None:
+    reps = _first_reps(runs)
+    fig, axes = plt.subplots(len(reps), 1, figsize=(9, 1.8 * len(reps) + 0.6),
+                             squeeze=False, sharex=True)
+    for ax, run in zip(axes[:, 0], reps):
+        planes = sorted(run.plane_bins)
+        width = max((len(v) for v in run.plane_bins.values()), default=0)
+        grid = [[v * 8 / BIN_S / 1e6 for v in run.plane_bins[p]] +
+                [0.0] * (width - len(run.plane_bins[p])) for p in planes]
+        if grid and width:
+            image = ax.imshow(grid, aspect='auto', interpolation='nearest',
+                              extent=(0, width * BIN_S, len(planes) + 0.5, 0.5),
+                              cmap='viridis')
+            fig.colorbar(image, ax=ax, label='Mbit/s sent')
+        ax.set(ylabel='%s\nplane' % run.transport)
+    axes[-1, 0].set_xlabel('time (s)')
+    fig.suptitle('per-plane load')
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def path_plot(path: Path, runs: list[TransportRun], paths: list[str]) -> None:
+    reps = [r for r in _first_reps(runs) if r.path_bytes]
+    if not reps or not paths:
+        return
+    grid = [[run.path_bytes.get(p, 0) / 1e6 for p in paths] for run in reps]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(reps) + 1.5))
+    image = ax.imshow(grid, aspect='auto', interpolation='nearest',
+                      cmap='magma')
+    ax.set_yticks(range(len(reps)), [r.transport for r in reps])
+    ax.set_xlabel('path (%d candidate uSID carriers)' % len(paths))
+    fig.colorbar(image, ax=ax, label='MB sent')
+    ax.set_title('per-path load')
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cdf_plot(path: Path, runs: list[TransportRun], steps: dict[str, list]
+             ) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for transport, values in steps.items():
+        if values:
+            ordered = sorted(values)
+            ax.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))],
+                    where='post', label=transport,
+                    color=COLOURS.get(transport))
+    ax.set(xlabel='step / flow completion time (s)', ylabel='CDF',
+           title='completion times')
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def comparison_plot(path: Path, summary: dict[str, dict]) -> None:
+    names = list(summary)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    left.bar(names, [summary[n]['goodput_mbps'] for n in names],
+             color=[COLOURS.get(n) for n in names])
+    left.set(ylabel='goodput (Mbit/s)', title='goodput')
+    right.bar(names, [summary[n]['flows_done'] / max(summary[n]['flows'], 1)
+                      for n in names], color=[COLOURS.get(n) for n in names])
+    right.set(ylabel='fraction of flows completed', ylim=(0, 1.05),
+              title='completion')
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

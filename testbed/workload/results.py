@@ -1,0 +1,128 @@
+"""Turn transport runs into the metrics of summary.json, the timeline, the
+event log, the report and its plots, in a results directory that is never
+overwritten."""
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import time
+from pathlib import Path
+
+from testbed.workload.metrics import jain_index, percentile, recovery_time
+from testbed.workload.runner import BIN_S, TransportRun
+
+# Faults after which recovery is measured (the "up"/"clear" ones end a fault).
+DISRUPTIVE = {'link_down', 'link_flap', 'switch_down', 'plane_down',
+              'nic_port_down', 'gray_failure', 'link_rate'}
+
+
+def new_results_dir(root: Path, scenario_name: str) -> Path:
+    """results/<scenario>/<UTC timestamp>[-n]/, never an existing one."""
+    base = root / scenario_name
+    stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
+    for n in range(1000):
+        path = base / (stamp if n == 0 else '%s-%d' % (stamp, n))
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError('no free results directory under %s' % base)
+
+
+def run_metrics(run: TransportRun, candidate_paths: set[str],
+                planes: tuple[int, ...]) -> dict:
+    delivered = sum(f.delivered for f in run.flows)
+    fcts = [f.fct for f in run.flows if f.status == 'done']
+    failed = [f for f in run.flows if f.status == 'failed']
+    steps = step_times(run)
+    goodput = [b * 8 / BIN_S / 1e6 for b in run.goodput_bins]
+    disruptive = [(at, kind) for at, kind in run.fault_times
+                  if kind in DISRUPTIVE]
+    recoveries = []
+    for i, (at, kind) in enumerate(disruptive):
+        end = disruptive[i + 1][0] if i + 1 < len(disruptive) else None
+        recoveries.append({'fault': kind, 'at_s': at, 'recovery_s':
+                           recovery_time(goodput, BIN_S, at, end)})
+    plane_totals = [sum(run.plane_bins.get(p, [])) for p in planes]
+    path_totals = [run.path_bytes.get(p, 0) for p in sorted(candidate_paths)]
+    return {
+        'bytes_delivered': delivered,
+        'bytes_corrupted': sum(f.corrupt_bytes for f in run.flows),
+        'flows': len(run.flows),
+        'flows_done': sum(f.status == 'done' for f in run.flows),
+        'flows_failed': len(failed),
+        'completed': all(f.status == 'done' for f in run.flows),
+        'qp_errors': sorted({f.error or 'failed' for f in failed}),
+        'aborted': run.aborted,
+        'elapsed_s': round(run.elapsed_s, 3),
+        'goodput_mbps': round(delivered * 8 / max(run.elapsed_s, 1e-9) / 1e6, 3),
+        'fct_p50_s': _round(percentile(fcts, 50)),
+        'fct_p99_s': _round(percentile(fcts, 99)),
+        'step_p50_s': _round(percentile(steps, 50)),
+        'step_p99_s': _round(percentile(steps, 99)),
+        'retransmitted_bytes': run.retransmitted_bytes,
+        'recovery': recoveries,
+        'jain_planes': _round(jain_index(plane_totals)),
+        'jain_paths': _round(jain_index(path_totals)) if run.path_bytes
+        else None,
+        'health': run.health,
+    }
+
+
+def step_times(run: TransportRun) -> list[float]:
+    """Durations of the workload's measured steps (for a ring all-reduce,
+    one full all-reduce = one training step), counting completed ones."""
+    times = []
+    for phases in run.steps:
+        flows = [f for f in run.flows if f.phase in phases]
+        if flows and all(f.status == 'done' for f in flows):
+            times.append(max(f.finished for f in flows) -
+                         min(f.started for f in flows))
+    return times
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def aggregate(per_rep: list[dict]) -> dict:
+    """Median over repetitions of every number, the rest from the first."""
+    out = dict(per_rep[0])
+    for key, value in per_rep[0].items():
+        values = [r[key] for r in per_rep]
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and all(isinstance(v, (int, float)) for v in values):
+            out[key] = statistics.median(values)
+    out['completed'] = all(r['completed'] for r in per_rep)
+    out['bytes_corrupted'] = sum(r['bytes_corrupted'] for r in per_rep)
+    out['trusted'] = all(r['health'].get('trusted') for r in per_rep)
+    out['repetitions'] = len(per_rep)
+    return out
+
+
+def write_timeline(path: Path, runs: list[TransportRun]) -> None:
+    planes = sorted({p for run in runs for p in run.plane_bins})
+    with path.open('w', newline='') as f:
+        out = csv.writer(f)
+        out.writerow(['transport', 'repetition', 't_s', 'goodput_mbps'] +
+                     ['plane%d_mbps' % p for p in planes])
+        for run in runs:
+            for i, b in enumerate(run.goodput_bins):
+                row = [run.transport, run.repetition, round((i + 1) * BIN_S, 3),
+                       round(b * 8 / BIN_S / 1e6, 3)]
+                for p in planes:
+                    series = run.plane_bins.get(p, [])
+                    value = series[i] if i < len(series) else 0
+                    row.append(round(value * 8 / BIN_S / 1e6, 3))
+                out.writerow(row)
+
+
+def write_events(path: Path, runs: list[TransportRun]) -> None:
+    with path.open('w') as f:
+        for run in runs:
+            for event in sorted(run.events, key=lambda e: e.get('t', 0)):
+                f.write(json.dumps(dict(event, transport=run.transport,
+                                        repetition=run.repetition),
+                                   default=str) + '\n')

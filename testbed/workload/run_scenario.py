@@ -1,0 +1,84 @@
+"""`mrc-testbed run`: a scenario end to end, with results on disk."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from testbed.workload import plots
+from testbed.workload.faults import FaultInjector
+from testbed.workload.report import markdown, table
+from testbed.workload.results import (aggregate, new_results_dir, run_metrics,
+                                      step_times, write_events, write_timeline)
+from testbed.workload.runner import Progress, TransportRun, TransportRunner
+from testbed.workload.scenario import Scenario
+from testbed.workload.workloads import build_workload
+
+
+def run_scenario(scenario: Scenario, results_root: Path,
+                 transports: tuple[str, ...] | None = None,
+                 quick: bool = False, seed: int | None = None,
+                 progress: Progress = print) -> tuple[Path, dict]:
+    sc = scenario.quick_version() if quick else scenario
+    if seed is not None:
+        sc = replace(sc, seed=seed)
+    transports = transports or sc.transports
+    out = new_results_dir(results_root, sc.name)
+    (out / 'scenario.yaml').write_text(sc.source_text or scenario.source_text)
+    started = time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())
+    runs: list[TransportRun] = []
+    for rep in range(sc.repetitions):
+        for transport in transports:
+            progress('%s: %s, repetition %d/%d' % (
+                sc.name, transport, rep + 1, sc.repetitions))
+            runner = TransportRunner(sc, transport, rep, progress)
+            runs.append(runner.execute(
+                lambda plan, rng: build_workload(sc.workload, plan.hosts,
+                                                 plan, rng),
+                lambda fab, log: FaultInjector(fab, log)))
+    summary = summarise(sc, runs, transports)
+    meta = {'started_utc': started, 'quick': quick,
+            'machine': '%s, %s, %d cores' % (platform.node(), platform.release(),
+                                              os.cpu_count() or 0)}
+    write_results(out, sc, runs, summary, meta)
+    return out, summary
+
+
+def summarise(sc: Scenario, runs: list[TransportRun],
+              transports: tuple[str, ...]) -> dict[str, dict]:
+    plan = sc.plan()
+    candidates = {p.carrier for f in sc_pairs(runs)
+                  for p in plan.all_paths(*f)}
+    return {t: aggregate([run_metrics(r, candidates, plan.planes)
+                          for r in runs if r.transport == t])
+            for t in transports}
+
+
+def sc_pairs(runs: list[TransportRun]) -> set[tuple[str, str]]:
+    return {(f.src, f.dst) for run in runs for f in run.flows}
+
+
+def write_results(out: Path, sc: Scenario, runs: list[TransportRun],
+                  summary: dict, meta: dict) -> None:
+    (out / 'summary.json').write_text(json.dumps({
+        'scenario': sc.name, 'topology': sc.topology,
+        'link_rate_mbit': sc.link_rate_mbit, 'seed': sc.seed, **meta,
+        'transports': summary}, indent=2, default=str))
+    write_timeline(out / 'timeline.csv', runs)
+    write_events(out / 'events.jsonl', runs)
+    title = '%s (%s)' % (sc.name, sc.topology)
+    plots.goodput_plot(out / 'goodput.png', runs, title)
+    plots.plane_plot(out / 'planes.png', runs)
+    paths = sorted({p for run in runs for p in run.path_bytes})
+    plots.path_plot(out / 'paths.png', runs, paths)
+    plots.cdf_plot(out / 'completion_cdf.png', runs, {
+        t: [x for r in runs if r.transport == t for x in
+            (step_times(r) or [f.fct for f in r.flows if f.fct is not None])]
+        for t in summary})
+    plots.comparison_plot(out / 'comparison.png', summary)
+    pictures = [p.name for p in sorted(out.glob('*.png'))]
+    (out / 'report.md').write_text(markdown(sc, summary, pictures, meta))
+    (out / 'table.txt').write_text(table(summary) + '\n')

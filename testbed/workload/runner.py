@@ -1,0 +1,237 @@
+"""Run a scenario: for each transport, build the fabric, run the workload,
+inject the faults at their times, and record what happened.
+
+Transports run one after another on identical fresh fabrics with the same
+workload, seed and fault timeline, so they are compared side by side
+without sharing the emulator's two cores.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from testbed.fabric.net import FabricNet
+from testbed.fabric.topo_spec import parse_topo_spec
+from testbed.workload.emulation_health import HealthSample, health_between
+
+BIN_S = 0.01                 # timeline resolution: goodput per 10 ms
+ENDPOINT_TRANSPORTS = ('mrc', 'rc', 'ecmp')
+Progress = Callable[[str], None]
+
+
+@dataclass
+class FlowRecord:
+    flow_id: int
+    phase: int
+    src: str
+    dst: str
+    size: int
+    label: str = ''
+    started: float | None = None
+    finished: float | None = None
+    status: str = 'pending'          # pending | running | done | failed
+    error: str | None = None
+    corrupt_bytes: int = 0
+    delivered: int = 0
+    start_offset: float = 0.0        # after its phase begins
+    due: float | None = None         # run time at which it starts
+
+    @property
+    def fct(self) -> float | None:
+        if self.finished is None or self.started is None:
+            return None
+        return self.finished - self.started
+
+
+@dataclass
+class TransportRun:
+    transport: str
+    repetition: int
+    flows: list[FlowRecord] = field(default_factory=list)
+    goodput_bins: list[float] = field(default_factory=list)      # bytes/bin
+    plane_bins: dict[int, list[float]] = field(default_factory=dict)
+    path_bytes: dict[str, int] = field(default_factory=dict)
+    events: list[dict] = field(default_factory=list)
+    fault_times: list[tuple[float, str]] = field(default_factory=list)
+    phase_times: list[tuple[float, float]] = field(default_factory=list)
+    steps: tuple[range, ...] = ()     # phase indexes of each measured step
+    retransmitted_bytes: int = 0
+    elapsed_s: float = 0.0
+    aborted: str | None = None
+    health: dict = field(default_factory=dict)
+
+
+def fabric_spec(topology: str, link_rate_mbit: float):
+    base = parse_topo_spec(topology)
+    params = dict(base.params, bw=link_rate_mbit)
+    return parse_topo_spec(','.join([base.name] + ['%s=%s' % kv for kv in
+                                                   sorted(params.items())]))
+
+
+def apply_fault(injector, fault) -> None:
+    """A scenario Fault (typed fields) as the injector's keyword call."""
+    params: dict = {}
+    if fault.link:
+        params['a'], params['b'] = fault.link
+    if fault.switch:
+        params['name'] = fault.switch
+    if fault.host:
+        params['host'] = fault.host
+    for name in ('plane', 'loss_pct', 'mbit'):
+        if getattr(fault, name) is not None:
+            params[name] = getattr(fault, name)
+    injector.apply(fault.kind, **params)
+
+
+def make_driver(fab: FabricNet, transport: str, link_rate_mbit: float,
+                seed: int):
+    if transport in ENDPOINT_TRANSPORTS:
+        from testbed.workload.endpoint_flows import EndpointFlows
+        return EndpointFlows(fab, transport, link_rate_mbit * 1e6, seed)
+    from testbed.workload.kernel_flows import KernelFlows
+    return KernelFlows(fab, transport)
+
+
+class TransportRunner:
+    """One transport, one repetition, on a fabric that lives for the run."""
+
+    def __init__(self, scenario, transport: str, repetition: int,
+                 progress: Progress) -> None:
+        self.sc = scenario
+        self.run = TransportRun(transport, repetition)
+        self.progress = progress
+        self.rng = random.Random(scenario.seed + repetition)
+        self.t0 = 0.0
+        self._last_total = 0
+        self._last_planes: dict[int, int] = {}
+
+    def execute(self, build_workload, make_injector) -> TransportRun:
+        spec = fabric_spec(self.sc.topology, self.sc.link_rate_mbit)
+        with FabricNet(spec) as fab:
+            phases = build_workload(fab.plan, self.rng)
+            self.run.steps = tuple(getattr(phases, 'steps', ()))
+            injector = make_injector(fab, self._log)
+            driver = make_driver(fab, self.run.transport,
+                                 self.sc.link_rate_mbit, self.sc.seed)
+            try:
+                self._loop(fab, driver, injector, phases)
+            finally:
+                injector.restore_all()
+                self.run.retransmitted_bytes = driver.retransmitted_bytes()
+                self.run.path_bytes = dict(driver.path_bytes)
+                driver.close()
+        return self.run
+
+    def _log(self, event: dict) -> None:
+        self.run.events.append(dict(event, t=round(
+            event.get('monotonic', time.monotonic()) - self.t0, 6)))
+
+    def _loop(self, fab, driver, injector, phases) -> None:
+        self.t0 = time.monotonic()
+        needs_gray = any(f.kind == 'gray_failure' for f in self.sc.faults)
+        missing = list(injector.missing_features) if needs_gray else []
+        health0 = HealthSample.now()
+        records = self._records(phases)
+        faults = list(self.sc.timeline())
+        phase, next_bin = 0, BIN_S
+        self._start_phase(driver, records, phase)
+        last_report = 0.0
+        while True:
+            now = time.monotonic() - self.t0
+            while faults and faults[0].at <= now:
+                fault = faults.pop(0)
+                self.run.fault_times.append((fault.at, fault.kind))
+                apply_fault(injector, fault)
+            injector.due(time.monotonic())
+            self._start_due(driver, records, now)
+            driver.poll()
+            if now >= next_bin:
+                self._sample(driver, records)
+                next_bin += BIN_S
+            phase = self._advance(driver, records, phase, now)
+            if phase is None or now >= self.sc.duration_s:
+                break
+            if now - last_report >= 1.0:
+                last_report = now
+                self._report(records, now)
+        self._sample(driver, records)
+        self.run.elapsed_s = time.monotonic() - self.t0
+        self.run.events += [dict(e, t=round(e['time'] - self.t0, 6))
+                            for e in driver.ev_events()]
+        for rec in records:
+            rec.corrupt_bytes = driver.corrupt_bytes(rec.flow_id) \
+                if rec.status == 'done' else 0
+        self.run.flows = records
+        self.run.health = health_between(health0, HealthSample.now(), missing)
+
+    def _records(self, phases) -> list[FlowRecord]:
+        return [FlowRecord(f.id, i, f.src, f.dst, f.size_bytes, f.label,
+                           start_offset=f.start_s)
+                for i, flows in enumerate(phases) for f in flows]
+
+    def _start_phase(self, driver, records, phase: int) -> None:
+        now = time.monotonic() - self.t0
+        self.run.phase_times.append((now, float('nan')))
+        for rec in records:
+            if rec.phase == phase:
+                rec.due = now + rec.start_offset
+        self._start_due(driver, records, now)
+
+    def _start_due(self, driver, records, now: float) -> None:
+        for rec in records:
+            if rec.status == 'pending' and rec.due is not None \
+                    and rec.due <= now:
+                info = driver.start(rec.flow_id, rec.src, rec.dst, rec.size)
+                rec.status, rec.started = 'running', now
+                self._log({'event': 'flow_start', 'flow': rec.flow_id,
+                           'src': rec.src, 'dst': rec.dst, 'bytes': rec.size,
+                           'phase': rec.phase, **info})
+
+    def _advance(self, driver, records, phase: int, now: float) -> int | None:
+        """Next phase once this one is over; None when the job is over."""
+        current = [r for r in records if r.phase == phase]
+        if any(r.status == 'pending' for r in current):
+            return phase
+        for rec in current:
+            if rec.status == 'running':
+                status = driver.status(rec.flow_id)
+                if status != 'running':
+                    rec.status, rec.finished = status, now
+                    rec.error = driver.error(rec.flow_id)
+                    self._log({'event': 'flow_' + status, 'flow': rec.flow_id,
+                               'error': rec.error})
+        if any(r.status == 'running' for r in current):
+            return phase
+        start, _ = self.run.phase_times[-1]
+        self.run.phase_times[-1] = (start, now)
+        if any(r.status == 'failed' for r in current):
+            self.run.aborted = 'phase %d: a flow failed (%s)' % (
+                phase, next(r.error for r in current if r.status == 'failed'))
+            self._log({'event': 'job_aborted', 'reason': self.run.aborted})
+            return None
+        if phase + 1 >= max(r.phase for r in records) + 1:
+            return None
+        self._start_phase(driver, records, phase + 1)
+        return phase + 1
+
+    def _sample(self, driver, records) -> None:
+        total = 0
+        for rec in records:
+            if rec.status != 'pending':
+                rec.delivered = driver.delivered(rec.flow_id)
+            total += rec.delivered
+        self.run.goodput_bins.append(total - self._last_total)
+        self._last_total = total
+        for plane, count in driver.plane_bytes.items():
+            series = self.run.plane_bins.setdefault(plane, [])
+            series += [0.0] * (len(self.run.goodput_bins) - 1 - len(series))
+            series.append(count - self._last_planes.get(plane, 0))
+        self._last_planes = dict(driver.plane_bytes)
+
+    def _report(self, records, now: float) -> None:
+        done = sum(r.status == 'done' for r in records)
+        self.progress('  %-5s %5.1f s  %d/%d flows done, %.1f MB delivered' % (
+            self.run.transport, now, done, len(records),
+            sum(r.delivered for r in records) / 1e6))

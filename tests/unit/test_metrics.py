@@ -1,0 +1,35 @@
+import pytest
+
+from testbed.workload.metrics import (jain_index, percentile, recovery_time,
+                                      smoothed)
+
+
+def test_jain():
+    assert jain_index([5, 5, 5, 5]) == pytest.approx(1.0)
+    assert jain_index([1, 0, 0, 0]) == pytest.approx(0.25)
+    assert jain_index([]) is None and jain_index([0, 0]) is None
+
+
+def test_percentile_nearest_rank():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == 50 and percentile(values, 99) == 99
+    assert percentile([7], 99) == 7 and percentile([], 50) is None
+
+
+def test_smoothed_is_a_trailing_mean():
+    assert smoothed([0, 10, 10, 10], 0.05, 0.1) == [0, 5, 10, 10]
+
+
+def test_recovery_after_a_dip():
+    bin_s = 0.01
+    series = [10.0] * 200 + [0.0] * 30 + [10.0] * 200   # fault at 2.0 s
+    t = recovery_time(series, bin_s, 2.0)
+    assert 0.3 <= t <= 0.45
+
+
+def test_no_dip_is_zero_and_no_return_is_none():
+    flat = [10.0] * 400
+    assert recovery_time(flat, 0.01, 2.0) == 0.0
+    dead = [10.0] * 200 + [0.0] * 200
+    assert recovery_time(dead, 0.01, 2.0) is None
+    assert recovery_time([0.0] * 400, 0.01, 2.0) is None
