@@ -3,12 +3,15 @@
     python bench/endpoint_core.py                    # 5 runs of one 8 MiB WRITE
     python bench/endpoint_core.py --size 32 --repeat 3
     python bench/endpoint_core.py --profile          # cProfile of one run, top functions
+    python bench/endpoint_core.py --cc nscc          # with NSCC congestion control running
 
 Same set-up as tests/unit/test_qp_throughput.py: sender and receiver in one in-process
 loopback, no loss, 2 planes x 4 paths, 128 active EVs. Every data packet is encoded (CRC
 included), decoded, placed and acknowledged, every SACK encoded and decoded, so the figures
-cover both ends of the full protocol plus the loopback's event handling. Not a test: the
-machine is shared and noisy, so the best and the median of the runs are printed.
+cover both ends of the full protocol plus the loopback's event handling. The QPs' default CC
+profile is disabled (as in the test); --cc nscc runs NSCC with its UEC defaults for 100 Gbit/s
+and the loopback's 40 us RTT. Not a test: the machine is shared and noisy, so the best and
+the median of the runs are printed.
 """
 from __future__ import annotations
 
@@ -24,12 +27,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.nic.ev_table import EvTableConfig  # noqa: E402
 from testbed.nic.loopback import Loopback  # noqa: E402
+from testbed.nic.nscc import NSCC_ALGORITHM, CcProfile, NsccConfig  # noqa: E402
 from tests.unit.qp_harness import RKEY, done, make_pair, payload  # noqa: E402
 
 
-def run_once(size: int, data: bytes) -> dict[str, float]:
+LOOPBACK_RTT_S = 40e-6         # Loopback's default one-way delay_s is 20 us
+
+
+def cc_profile(name: str) -> CcProfile:
+    if name == "none":
+        return CcProfile()
+    return CcProfile(NSCC_ALGORITHM, NsccConfig.defaults(100e9, LOOPBACK_RTT_S, 1500, True))
+
+
+def run_once(size: int, data: bytes, cc: str = "none") -> dict[str, float]:
     """One WRITE of `size` bytes from A to B; rates per second of wall time."""
-    pair = make_pair(mr_size=size, ev_profile=EvTableConfig(active_count=128, backup_per_plane=8))
+    pair = make_pair(mr_size=size, ev_profile=EvTableConfig(active_count=128, backup_per_plane=8),
+                     cc_profile=cc_profile(cc))
     pair.qa.post_write(data, 0, RKEY)
     loop = Loopback([pair.a, pair.b])
     started = time.perf_counter()
@@ -62,20 +76,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs (default 5)")
     parser.add_argument("--profile", action="store_true", help="cProfile one run instead")
     parser.add_argument("--top", type=int, default=30, help="functions shown with --profile")
+    parser.add_argument("--cc", choices=("none", "nscc"), default="none",
+                        help="congestion control of the QPs (default none, as in the test)")
     args = parser.parse_args()
     size = args.size << 20
     data = payload(size)
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
-        run_once(size, data)
+        run_once(size, data, args.cc)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
         return
-    run_once(size, data)                       # warm-up: imports, allocator, caches
-    runs = [run_once(size, data) for _ in range(args.repeat)]
+    run_once(size, data, args.cc)              # warm-up: imports, allocator, caches
+    runs = [run_once(size, data, args.cc) for _ in range(args.repeat)]
     first = runs[0]
-    print(f"sans-IO core, sender+receiver on one core: {args.size} MiB WRITE = "
+    print(f"sans-IO core, sender+receiver on one core, CC {args.cc}: {args.size} MiB WRITE = "
           f"{first['data_packets']:.0f} data packets + {first['sacks']:.0f} SACKs, "
           f"{args.repeat} runs")
     report("best", max(runs, key=lambda r: r["total_pps"]))

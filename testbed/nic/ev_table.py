@@ -56,6 +56,9 @@ class EvReason(enum.StrEnum):
 
 
 _USABLE_STATES = (EvState.GOOD, EvState.SKIP)
+# Enum members read through the class cost an attribute lookup each; the per-packet path
+# uses these module-level names instead.
+_GOOD, _SKIP = EvState.GOOD, EvState.SKIP
 
 
 @dataclass(slots=True, eq=False)
@@ -373,9 +376,19 @@ class EvTable:
         Counts the packet on the EV. Returns None only when no active EV on a usable plane other
         than `exclude` is GOOD or SKIP.
         """
-        if now is not None:
-            self._observe(now)
-        good, skip = EvState.GOOD, EvState.SKIP
+        if now is not None and now > self._now:
+            self._now = now                   # _observe(), inlined on the per-packet path
+        # Fast path: the slot under the cursor is usable, as it is for almost every packet.
+        # This is exactly the first turn of the scan below when that turn returns.
+        cursor, order = self._cursor, self._order
+        if cursor < len(order) and usable_planes is None:
+            ev = order[cursor]
+            if ev.state is _GOOD and ev.in_active and ev.ev_id != exclude:
+                self._cursor = cursor + 1
+                ev.packets_sent += 1
+                ev.bytes_sent += nbytes
+                return ev
+        good, skip = _GOOD, _SKIP
         restored: Ev | None = None
         for _ in range(self._scan_limit):
             if self._cursor >= len(self._order):
@@ -428,12 +441,20 @@ class EvTable:
     def on_ack(self, ev_id: int, rtt_s: float | None = None, now: float | None = None) -> bool:
         """A SACK with verdict NONE reflected this EV. Never changes state (resurrection is by
         probes only); clears a floor hold."""
-        ev = self._feedback_target(ev_id, now)
+        # _feedback_target(), inlined: this runs for nearly every SACK.
+        if now is not None and now > self._now:
+            self._now = now
+        ev = self._by_id.get(ev_id)
         if ev is None:
+            self.unknown_feedback += 1
             return False
         ev.packets_acked += 1
-        if rtt_s is not None:
-            self._record_rtt(ev, rtt_s)
+        if rtt_s is not None:                 # _record_rtt(), inlined
+            ev.last_rtt_s = rtt_s
+            if ev.rtt_ewma_s is None:
+                ev.rtt_ewma_s = rtt_s
+            else:
+                ev.rtt_ewma_s += self.config.rtt_ewma_gain * (rtt_s - ev.rtt_ewma_s)
         if ev.suspect:
             ev.suspect = False
             self._held.pop(ev.ev_id, None)
@@ -511,6 +532,8 @@ class EvTable:
         """When probes_due() will next return something (None: nothing to probe).
 
         Lets a sans-IO caller sleep until then instead of polling; O(EVs being probed)."""
+        if not self._probing:
+            return None                       # the usual case, asked after every event
         times = [ev.next_probe_s for ev in self._probing.values()
                  if ev.next_probe_s is not None and ev.plane in self._planes_up]
         return min(times) if times else None

@@ -104,17 +104,21 @@ class Loopback:
         """Process events until none is left, `until` is reached or `stop()` is true."""
         self.kick()
         heap = self._heap
+        heappop, deliver, dispatch = heapq.heappop, self._deliver, self._dispatch
         while heap and max_events > 0:
             if stop is not None and stop():
                 return self.now
             if until is not None and heap[0][0] > until:
                 self.now = until
                 return self.now
-            time, _, kind, a, b = heapq.heappop(heap)
+            time, _, kind, a, b = heappop(heap)
             self.now = time
             self.events += 1
             max_events -= 1
-            self._dispatch(kind, a, b)
+            if kind == _DELIVER:              # most events: skip the general dispatch
+                deliver(a, b)
+            else:
+                dispatch(kind, a, b)
         if until is not None and not heap:
             self.now = max(self.now, until)
         return self.now
@@ -138,11 +142,13 @@ class Loopback:
 
     def _deliver(self, dst: Endpoint, item: tuple) -> None:
         src_addr, out, ecn = item
-        if out.path in self.dead_paths:
+        path, plane, ev_id, data, _dst_addr = out
+        dead = self.dead_paths
+        if dead and path in dead:
             self.dropped_dead += 1
             return
         self.delivered += 1
-        dst.on_packet(self.now, out.data, out.ev_id, out.plane, src_addr, ecn)
+        dst.on_packet(self.now, data, ev_id, plane, src_addr, ecn)
         self._pump(dst)
         self._rearm(dst)
 
@@ -153,11 +159,12 @@ class Loopback:
         if self._tx_free_at[ep.addr] > now:
             return                                   # a _TX wake-up is already queued
         if self.rate_bps is None:
+            budget, transmit = self.budget, self._transmit
             while True:
-                batch = ep.poll_tx(now, self.budget)
+                batch = ep.poll_tx(now, budget)
                 for out in batch:
-                    self._transmit(ep, out, now)
-                if len(batch) < self.budget:
+                    transmit(ep, out, now)
+                if len(batch) < budget:
                     return
         batch = ep.poll_tx(now, 1)
         if batch:
@@ -186,6 +193,7 @@ class Loopback:
         self.sent += 1
         if self.on_send is not None:
             self.on_send(self.now, src, out)
+        path = out[0]
         dst = self.endpoints.get(out.dst_addr)
         if dst is None:
             raise KeyError(f"no endpoint at {out.dst_addr!r} on this loopback")
@@ -195,15 +203,20 @@ class Loopback:
         if self.loss and self._rng.random() < self.loss:
             self.dropped_random += 1
             return
-        if out.path in self.trim_paths and out.data[0] in _DATA_OPCODE_VALUES:
+        # Set and dict look-ups only when the scenario configured any (once per packet).
+        trim_paths, path_delay, ecn_paths = self.trim_paths, self.path_delay, self.ecn_paths
+        if trim_paths and path in trim_paths and out.data[0] in _DATA_OPCODE_VALUES:
             out = out._replace(data=trim_data_packet(out.data))
             self.trimmed += 1
-        delay = self.delay_s + self.path_delay.get(out.path, 0.0)
+        delay = self.delay_s + (path_delay.get(path, 0.0) if path_delay else 0.0)
         if self.jitter_s:
             delay += self._rng.uniform(0.0, self.jitter_s)
         if self.delay_if is not None:
             delay += self.delay_if(self.now, src, out)
-        self._push(departs + delay, _DELIVER, dst, (src.addr, out, out.path in self.ecn_paths))
+        ecn = bool(ecn_paths) and path in ecn_paths
+        self._seq += 1                        # _push(), inlined: once per packet
+        heapq.heappush(self._heap,
+                       (departs + delay, self._seq, _DELIVER, dst, (src.addr, out, ecn)))
 
     def _push(self, time: float, kind: int, a: Any, b: Any) -> None:
         self._seq += 1

@@ -38,6 +38,9 @@ class PlacementResult(enum.IntEnum):
     OUT_OF_BOUNDS = 3
 
 
+_OK = PlacementResult.OK     # per packet: a module name, not an attribute of the enum class
+
+
 class ReorderFreePlacement:
     """rkey -> region table of one endpoint (its protection domain), and the placement step."""
 
@@ -70,4 +73,4 @@ class ReorderFreePlacement:
         if offset < 0 or end > len(region.buf):
             return PlacementResult.OUT_OF_BOUNDS
         region.buf[offset:end] = payload
-        return PlacementResult.OK
+        return _OK

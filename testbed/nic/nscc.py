@@ -324,11 +324,15 @@ def rtt_sample_is_unambiguous(rtx_count: int, retx_echo: bool) -> bool:
 
 
 def _check_bytes(name: str, nbytes: int) -> None:
+    if type(nbytes) is int and nbytes >= 0:
+        return                        # the per-packet case, settled by one test
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
         raise ValueError(f"{name}: must be a non-negative int, got {nbytes!r}")
 
 
 def _check_penalty(pen: int) -> None:
+    if type(pen) is int and 0 <= pen <= RCV_CWND_PEN_MAX:
+        return                        # the per-SACK case, settled by one test
     if isinstance(pen, bool) or not isinstance(pen, int) or not 0 <= pen <= RCV_CWND_PEN_MAX:
         raise ValueError(f"rcv_cwnd_pen: must be an int in [0, {RCV_CWND_PEN_MAX}], got {pen!r}")
 
@@ -376,6 +380,13 @@ class Nscc:
         self._delays: deque[tuple[float, float]] = deque()
         self._delay_sum = 0.0
         self._fi_delay_threshold = config.base_rtt_s * FAST_INCREASE_DELAY_FRACTION
+        # Derived values the per-ACK path reads: NsccConfig computes them in properties
+        # (alpha through four of them), and it is frozen, so they are taken once.
+        self._config_base_rtt = config.base_rtt_s
+        self._target_delay = config.target_delay_s
+        self._adjust_period = config.adjust_period_threshold_s
+        self._qa_threshold = config.qa_threshold_s
+        self._alpha = config.alpha
 
     # -- read-only state ---------------------------------------------------
 
@@ -425,7 +436,8 @@ class Nscc:
         return self._inflight + nbytes <= self._cwnd
 
     def on_send(self, nbytes: int, now: float) -> None:
-        _check_bytes("nbytes", nbytes)
+        if type(nbytes) is not int or nbytes < 0:     # per packet: test inline, raise there
+            _check_bytes("nbytes", nbytes)
         self._inflight += nbytes
         self.counters.sent_bytes += nbytes
 
@@ -445,8 +457,10 @@ class Nscc:
         that triggered it, ``retransmitted`` True when that sample is
         ambiguous (see :func:`rtt_sample_is_unambiguous`).
         """
-        _check_bytes("acked_bytes", acked_bytes)
-        _check_penalty(rcv_cwnd_pen)
+        if type(acked_bytes) is not int or acked_bytes < 0:   # per SACK: test inline
+            _check_bytes("acked_bytes", acked_bytes)
+        if type(rcv_cwnd_pen) is not int or not 0 <= rcv_cwnd_pen <= RCV_CWND_PEN_MAX:
+            _check_penalty(rcv_cwnd_pen)
         self._count_delivery(acked_bytes)
         receiver_limited = self._apply_penalty(rcv_cwnd_pen, restore_cwnd, acked_bytes)
         sample = self._rtt_sample(rtt_s, service_time_s, retransmitted)
@@ -477,7 +491,7 @@ class Nscc:
             self._update_base_rtt(sample)
         # A trim means a queue hit its trim threshold: about one config
         # base RTT of queueing [UEC] ("update_delay(config_base_rtt)").
-        self._record_delay(self._cfg.base_rtt_s, now)
+        self._record_delay(self._config_base_rtt, now)
         self._bytes_ignored += nbytes
         self._trigger_qa = True
         # Trimmed packets count as ECN-marked so they fall into the
@@ -539,10 +553,13 @@ class Nscc:
     def _update_base_rtt(self, sample: float) -> None:
         if sample >= self._base_rtt:
             return
-        self._base_rtt = max(sample, self._base_rtt_floor)
+        base_rtt = max(sample, self._base_rtt_floor)
+        if base_rtt == self._base_rtt:
+            return      # held at the floor: MaxWnd, hence the bounded cwnd, stay as they are
+        self._base_rtt = base_rtt
         # [UEC] rescales MaxWnd to 1.5 x linkspeed x base_rtt; MRC has no link
         # rate, so scale max_cwnd by the same RTT ratio.
-        ratio = self._base_rtt / self._cfg.base_rtt_s
+        ratio = self._base_rtt / self._config_base_rtt
         self._max_wnd = max(float(self._cfg.mtu), self._cfg.max_cwnd * ratio)
         self._set_cwnd(self._cwnd)
 
@@ -560,7 +577,7 @@ class Nscc:
 
     def _react(self, acked_bytes: int, delay: float, ecn: bool,
                receiver_limited: bool, now: float) -> None:
-        below_target = delay < self._cfg.target_delay_s
+        below_target = delay < self._target_delay
         if not ecn and not below_target and not receiver_limited:
             self._fair_increase(acked_bytes)
         elif not ecn and below_target and not receiver_limited:
@@ -579,8 +596,8 @@ class Nscc:
         if self._fast_increase(acked_bytes, delay):
             return
         self.counters.prop_inc_count += 1
-        headroom = self._cfg.target_delay_s - delay
-        self._inc_bytes += self._cfg.alpha * acked_bytes * headroom
+        headroom = self._target_delay - delay
+        self._inc_bytes += self._alpha * acked_bytes * headroom
 
     def _fast_increase(self, acked_bytes: int, delay: float) -> bool:
         if delay >= self._fi_delay_threshold:
@@ -601,7 +618,7 @@ class Nscc:
         self._fast_increase_active = False
         self._near_zero_bytes = 0
         avg = self.avg_delay
-        target = self._cfg.target_delay_s
+        target = self._target_delay
         if avg <= target or now - self._last_dec_time <= self._base_rtt:
             return
         # Cut by the fraction of the queue above target, so that all senders
@@ -631,27 +648,27 @@ class Nscc:
                 self.counters.qa_count += 1
                 skip = True
             self._achieved_bytes = 0
-            self._qa_endtime = now + self._base_rtt + self._cfg.target_delay_s
+            self._qa_endtime = now + self._base_rtt + self._target_delay
         if skip:
             self._inc_bytes = 0.0
             self._received_bytes = 0
         return skip
 
     def _qa_wanted(self, is_loss: bool, delay: float) -> bool:
-        signalled = self._trigger_qa or is_loss or delay > self._cfg.qa_threshold_s
+        signalled = self._trigger_qa or is_loss or delay > self._qa_threshold
         # Only a collapse in delivered bytes justifies jumping the window.
         gate = int(self._max_wnd) >> self._cfg.qa_gate
         return signalled and self._achieved_bytes < gate
 
     def _adjustment_due(self, now: float) -> bool:
-        return (now - self._last_adjust_time >= self._cfg.adjust_period_threshold_s
+        return (now - self._last_adjust_time >= self._adjust_period
                 or self._received_bytes > self._cfg.adjust_bytes_threshold)
 
     def _fulfill_adjustment(self, now: float) -> None:
         # Increases accumulate as bytes^2 and are divided by cwnd once, so
         # every sender gains the same bytes per RTT whatever its window.
         cwnd = self._cwnd + self._inc_bytes / self._cwnd
-        if now - self._last_adjust_time >= self._cfg.adjust_period_threshold_s:
+        if now - self._last_adjust_time >= self._adjust_period:
             self._last_adjust_time = now
             cwnd += self._cfg.eta
         self._set_cwnd(cwnd)
@@ -712,7 +729,8 @@ class NullCc:
         return True
 
     def on_send(self, nbytes: int, now: float) -> None:
-        _check_bytes("nbytes", nbytes)
+        if type(nbytes) is not int or nbytes < 0:     # per packet: test inline, raise there
+            _check_bytes("nbytes", nbytes)
         self._inflight += nbytes
         self.counters.sent_bytes += nbytes
 
@@ -722,7 +740,8 @@ class NullCc:
     def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float,
                service_time_s: float = 0.0, retransmitted: bool = False,
                rcv_cwnd_pen: int = 0, restore_cwnd: bool = False) -> None:
-        _check_bytes("acked_bytes", acked_bytes)
+        if type(acked_bytes) is not int or acked_bytes < 0:   # per SACK: test inline
+            _check_bytes("acked_bytes", acked_bytes)
         self._inflight -= acked_bytes
         self.counters.acks += 1
         self.counters.acked_bytes += acked_bytes

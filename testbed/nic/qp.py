@@ -46,9 +46,12 @@ from testbed.nic.requester import Requester
 from testbed.nic.responder import Responder
 from testbed.nic.routes import FixedRoute, ReverseRoutes, ecmp_route, rocev2_source_port
 from testbed.nic.transport_config import TRANSPORTS, Transport, TransportConfig
-from testbed.nic.wire import DataPacket, Nack, ReliabilityProbe, Sack
+from testbed.nic.wire import DataPacket, Nack, ReliabilityProbe, RxData, RxSack, Sack
 
 MAX_MESSAGE = 1 << 31            # verbs max_msg_sz of common RoCE NICs
+# Enum members read through the class cost an attribute lookup each; the per-packet entry
+# points compare against these instead.
+_RTR, _RTS, _ERROR = QpState.RTR, QpState.RTS, QpState.ERROR
 
 ProfileResolver = Callable[[str, Any], Any]
 
@@ -217,7 +220,7 @@ class QueuePair:
         responder = self.responder
         if responder is not None and responder.has_feedback:
             sent = responder.poll_tx(now, budget, out)
-        if self.state is QpState.RTS and sent < budget:
+        if self.state is _RTS and sent < budget:
             sent += self.requester.poll_tx(now, budget - sent, out)
         return sent
 
@@ -226,25 +229,29 @@ class QueuePair:
         self._now = now
         kind = type(pkt)
         state = self.state
-        if kind is DataPacket or kind is ReliabilityProbe:
-            if state is not QpState.RTR and state is not QpState.RTS:
+        # Endpoint.on_packet hands in RxData / RxSack; callers may pass the public classes.
+        is_data = kind is RxData or kind is DataPacket
+        if is_data or kind is ReliabilityProbe:
+            if state is not _RTR and state is not _RTS:
                 self.counters.dropped_not_ready += 1
-            elif kind is DataPacket:
+            elif is_data:
                 self.responder.on_data(now, pkt, ev_id, ecn)
             else:
                 self.responder.on_probe(now, pkt, ev_id, ecn)
-        elif state is not QpState.RTS:
+        elif state is not _RTS:
             self.counters.dropped_not_ready += 1
-        elif kind is Sack:
+        elif kind is RxSack or kind is Sack:
             self.requester.on_sack(now, pkt)
         elif kind is Nack:
             self.requester.on_nack(now, pkt)
 
     def next_deadline(self) -> float | None:
-        if self.state is QpState.ERROR:
+        state = self.state
+        if state is _ERROR:
             return None
-        deadline = self.responder.next_deadline() if self.responder else None
-        if self.state is QpState.RTS:
+        responder = self.responder
+        deadline = responder.next_deadline() if responder is not None else None
+        if state is _RTS:
             candidate = self.requester.next_deadline()
             if candidate is not None and (deadline is None or candidate < deadline):
                 deadline = candidate

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import enum
 
-from testbed.nic.wire import MPR_UNIT_PSNS, PSN_MASK, SACK_BITMAP_BITS, psn_diff
+from testbed.nic.wire import MPR_UNIT_PSNS, PSN_MASK, PSN_SPACE, SACK_BITMAP_BITS
+
+_PSN_HALF = PSN_SPACE >> 1
 
 _SACK_MASK = (1 << SACK_BITMAP_BITS) - 1
 
@@ -37,7 +39,10 @@ class ReceiveWindow:
         self.capacity = mpr_units * MPR_UNIT_PSNS
 
     def to_index(self, psn: int) -> int:
-        return self.expected + psn_diff(psn, (self.initial_psn + self.expected) & PSN_MASK)
+        # expected + psn_diff(psn, wire_psn(expected)), inlined: it runs for every packet.
+        expected = self.expected
+        d = (psn - self.initial_psn - expected) & PSN_MASK
+        return expected + (d - PSN_SPACE if d >= _PSN_HALF else d)
 
     def wire_psn(self, index: int) -> int:
         return (self.initial_psn + index) & PSN_MASK
@@ -77,5 +82,7 @@ class ReceiveWindow:
         """
         slide = 0
         if trigger_index is not None:
-            slide = max(0, trigger_index - self.expected - (SACK_BITMAP_BITS - 1))
+            beyond = trigger_index - self.expected - (SACK_BITMAP_BITS - 1)
+            if beyond > 0:
+                slide = beyond
         return 1 + slide, (self.bits >> slide) & _SACK_MASK

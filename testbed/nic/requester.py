@@ -43,14 +43,15 @@ from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import (
     IMM_OPCODES,
     MPR_UNIT_PSNS,
+    PSN_MASK,
     TIMESTAMP_MASK,
-    DataPacket,
+    AnySack,
     Nack,
     NackReason,
     Opcode,
     ReliabilityProbe,
-    Sack,
     Verdict,
+    encode_data,
     max_payload,
 )
 
@@ -58,6 +59,12 @@ Fail = Callable[[WcStatus, str], None]
 _RESOURCE_NACKS = frozenset({NackReason.NO_BITMAP, NackReason.NO_PKT_BUFFER,
                              NackReason.NO_RESOURCE})
 _TRIM_NACKS = frozenset({NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP})
+# Enum members read through the class cost an attribute lookup each: per-SACK code uses these.
+_V_NONE, _V_SKIP_ONCE, _V_ALWAYS_SKIP = Verdict.NONE, Verdict.SKIP_ONCE, Verdict.ALWAYS_SKIP
+_WRITE_MIDDLE = Opcode.WRITE_MIDDLE
+# Outgoing(...) goes through the NamedTuple's Python-level __new__; building the tuple directly
+# gives the very same object for about half the cost, once per packet sent.
+_new_tuple = tuple.__new__
 
 
 def _opcode(length: int, offset: int, nbytes: int, payload: int, imm: bool) -> Opcode:
@@ -109,6 +116,9 @@ class Requester:
         self._packet_timeout = config.packet_timeout_s or rts.timeout_s
         self._probe_timeout = config.probe_timeout_s or self._packet_timeout
         self._timestamps = config.timestamps
+        # NullCc never limits and never asks for an ACK: the send path skips those two calls.
+        self._cc_limits = not isinstance(cc, NullCc)
+        self._ack_request_on_end = config.ack_request_on_message_end
         self._packet_timers: deque[tuple[float, int, int]] | None = None if go_back_n else deque()
         self._rtx_heap: list[int] = []
         self._go_back_next: int | None = None
@@ -156,6 +166,7 @@ class Requester:
 
     def _send_new(self, now: float, budget: int, out: list[Outgoing]) -> int:
         unsent, window, cc, payload = self._unsent, self.window, self._cc, self._payload
+        table, cc_limits, records = self._table, self._cc_limits, window.records
         sent = 0
         while sent < budget and unsent:
             wr = unsent[0]
@@ -164,10 +175,15 @@ class Requester:
             if not wr.started and wr.imm is not None and self._imm_outstanding >= self._max_wimm:
                 break
             offset = wr.next_offset
-            nbytes = min(payload, wr.length - offset)
-            if not cc.can_send(nbytes):
+            nbytes = wr.length - offset
+            if nbytes > payload:
+                nbytes = payload
+            if cc_limits and not cc.can_send(nbytes):
                 break
-            route = self._pick(None, nbytes, now)
+            if table is not None:             # _pick(), inlined for the sprayed case
+                route = table.next_ev(None, nbytes=nbytes, now=now)
+            else:
+                route = self._pick(None, nbytes, now)
             if route is None:
                 break
             if not wr.started:
@@ -179,9 +195,14 @@ class Requester:
             if wr.next_offset >= wr.length:
                 wr.fully_sent = True
                 unsent.popleft()
-            opcode = _opcode(wr.length, offset, nbytes, payload, wr.imm is not None)
-            record = SentPacket(window.nxt, wr, offset, nbytes, opcode, route)
-            window.add(record)
+            if 0 < offset and offset + nbytes < wr.length:
+                opcode = _WRITE_MIDDLE        # what _opcode() returns for any inner piece
+            else:
+                opcode = _opcode(wr.length, offset, nbytes, payload, wr.imm is not None)
+            index = window.nxt
+            record = SentPacket(index, wr, offset, nbytes, opcode, route)
+            records[index] = record           # window.add(record), inlined
+            window.nxt = index + 1
             self._transmit(now, record, route, False, out)
             sent += 1
         return sent
@@ -241,39 +262,42 @@ class Requester:
 
     def _transmit(self, now: float, record: SentPacket, route: Any, retransmit: bool,
                   out: list[Outgoing]) -> None:
-        wr, nbytes, window = record.wr, record.length, self.window
-        self._tx_seq += 1
+        wr, nbytes, index = record.wr, record.length, record.index
+        window, cc = self.window, self._cc
+        self._tx_seq = tx_seq = self._tx_seq + 1
         record.route = route
         record.sent_at = now
-        record.sent_ts = ts = _timestamp(now)
+        record.sent_ts = ts = int(now * 1e6) & TIMESTAMP_MASK      # _timestamp(now)
         record.tx_count += 1
-        record.tx_seq = self._tx_seq
+        record.tx_seq = tx_seq
         record.rtx_pending = False
         if not record.counted:
-            self._cc.on_send(nbytes, now)
+            cc.on_send(nbytes, now)
             record.counted = True
         opcode = record.opcode
-        ack_request = (retransmit or self._cc.ack_request()
-                       or record.index - window.una + 1 >= self._mpr_psns
-                       or (self._config.ack_request_on_message_end
-                           and opcode in MESSAGE_END_OPCODES))
+        ack_request = (retransmit or (self._cc_limits and cc.ack_request())
+                       or index - window.una + 1 >= self._mpr_psns
+                       or (self._ack_request_on_end and opcode in MESSAGE_END_OPCODES))
         offset = record.offset
-        data = DataPacket(
-            opcode, self._peer_qp, window.wire_psn(record.index), wr.msn, wr.rqmsn,
+        data = encode_data(
+            opcode, self._peer_qp, (window.initial_psn + index) & PSN_MASK, wr.msn, wr.rqmsn,
             wr.remote_offset + offset, wr.rkey, wr.length, wr.data[offset:offset + nbytes],
             wr.imm if opcode in IMM_OPCODES else None, ts if self._timestamps else None,
             retransmit, ack_request,
-        ).encode()
+        )
         if self._packet_timers is not None:
-            self._packet_timers.append((now + self._packet_timeout, record.index, self._tx_seq))
-        self.retry.arm_if_idle(now)
+            self._packet_timers.append((now + self._packet_timeout, index, tx_seq))
+        retry = self.retry
+        if retry.deadline is None:
+            retry.arm_if_idle(now)
         counters = self._counters
         counters.packets_sent += 1
         counters.bytes_sent += nbytes
         if retransmit:
             counters.retransmitted_packets += 1
             counters.retransmitted_bytes += nbytes
-        out.append(Outgoing(route.path, route.plane, route.ev_id, data, self._peer_addr))
+        out.append(_new_tuple(Outgoing, (route.path, route.plane, route.ev_id, data,
+                                         self._peer_addr)))
 
     def _send_probes(self, now: float, budget: int, out: list[Outgoing]) -> int:
         queue, sent = self._probe_queue, 0
@@ -291,35 +315,41 @@ class Requester:
 
     # ------------------------------------------------------------------------- feedback
 
-    def on_sack(self, now: float, sack: Sack) -> None:
+    def on_sack(self, now: float, sack: AnySack) -> None:
         counters, window = self._counters, self.window
         counters.sacks_received += 1
-        counters.sack_verdicts_received[sack.verdict] += 1
+        verdict, probe_reply, ts_echo = sack.verdict, sack.probe_reply, sack.ts_echo
+        counters.sack_verdicts_received[verdict] += 1
         cack = window.to_index(sack.cack_psn)
         if cack >= window.nxt:
             counters.stale_feedback += 1      # acknowledges PSNs never sent
             return
-        if not sack.probe_reply and sack.ts_echo is not None and not self._go_back_n:
-            self._check_spurious(window.to_index(sack.trigger_psn), sack.ts_echo)
+        go_back_n = self._go_back_n
+        if not probe_reply and ts_echo is not None and not go_back_n:
+            trigger = window.to_index(sack.trigger_psn)
+            record = window.records.get(trigger)
+            if record is not None and record.fast_rtx_done:   # else nothing to judge
+                self._check_spurious(trigger, record, ts_echo)
         newly: list[SentPacket] = []
         window.ack_through(cack, newly)
-        if sack.bitmap and not self._go_back_n:
-            window.ack_bitmap(cack + sack.sack_offset, sack.bitmap, newly)
+        bitmap = sack.bitmap
+        if bitmap and not go_back_n:
+            window.ack_bitmap(cack + sack.sack_offset, bitmap, newly)
         if sack.received_bytes > self.peer_received_bytes:
             self.peer_received_bytes = sack.received_bytes
         rtt = None
-        if sack.ts_echo is not None:
-            rtt = ((_timestamp(now) - sack.ts_echo) & TIMESTAMP_MASK) * 1e-6
-        if sack.probe_reply:
+        if ts_echo is not None:               # (_timestamp(now) - ts_echo) mod 2**32, in s
+            rtt = ((int(now * 1e6) - ts_echo) & TIMESTAMP_MASK) * 1e-6
+        if probe_reply:
             self._on_probe_reply(now, sack)
         elif self._table is not None:
-            self._on_verdict(now, sack.ev, sack.verdict, rtt)
+            self._on_verdict(now, sack.ev, verdict, rtt)
         acked_bytes = self._settle(newly)
-        if newly or not sack.probe_reply:
+        if newly or not probe_reply:
             # The echoed timestamp names the very transmission that triggered this SACK, so
             # the RTT sample is never ambiguous, retransmission or not.
-            self._cc.on_ack(acked_bytes, None if sack.probe_reply else rtt,
-                            sack.verdict is not Verdict.NONE, now,
+            self._cc.on_ack(acked_bytes, None if probe_reply else rtt,
+                            verdict is not _V_NONE, now,
                             service_time_s=sack.service_time_ns * 1e-9,
                             rcv_cwnd_pen=sack.rcv_cwnd_pen)
         if self._dynamic_mpr and sack.mpr:
@@ -329,20 +359,20 @@ class Requester:
     def _after_ack(self, now: float, newly: list[SentPacket]) -> None:
         window = self.window
         if newly:
-            self.retry.on_progress(now, outstanding=window.una < window.nxt)
+            self.retry.on_progress(now, window.una < window.nxt)     # outstanding?
         if not self._go_back_n and window.highest_sacked >= window.una:
             for record in window.reorder_losses(self._reorder_threshold):
                 record.fast_rtx_done = True
                 self._counters.fast_retransmits += 1
                 self._on_silent_loss(now, record, inferred=True)
-        if newly:
-            self._complete(now)
+        if newly and self._incomplete and self._incomplete[0].done:
+            self._complete(now)               # else nothing can complete yet
 
-    def _check_spurious(self, index: int, ts_echo: int) -> None:
+    def _check_spurious(self, index: int, record: SentPacket, ts_echo: int) -> None:
         """The SACK names the copy that arrived: if it is an earlier copy of a packet already
-        fast-retransmitted, that retransmit was spurious and the paths reorder more deeply."""
-        record = self.window.records.get(index)
-        if record is None or not record.fast_rtx_done or ts_echo == record.sent_ts:
+        fast-retransmitted (`record`, at `index`), that retransmit was spurious and the paths
+        reorder more deeply."""
+        if ts_echo == record.sent_ts:
             return
         self._counters.spurious_retransmits += 1
         distance = self.window.highest_sacked - index + 1
@@ -353,14 +383,14 @@ class Requester:
         table = self._table
         if self._loss_strikes:
             self._loss_strikes.pop(ev_id, None)     # the EV delivered: earlier holes were noise
-        if verdict is Verdict.NONE:
+        if verdict is _V_NONE:
             table.on_ack(ev_id, rtt, now)
-        elif verdict is Verdict.SKIP_ONCE:
+        elif verdict is _V_SKIP_ONCE:
             table.on_skip_once(ev_id, now)
         elif table.on_always_skip(ev_id, now):
             self._counters.ev_demotions += 1
 
-    def _on_probe_reply(self, now: float, sack: Sack) -> None:
+    def _on_probe_reply(self, now: float, sack: AnySack) -> None:
         ev_id = self._probes.answered(sack.trigger_psn)
         if ev_id is None or self._table is None:
             return                                # late answer of a probe already timed out
@@ -488,10 +518,13 @@ class Requester:
         timers = self._packet_timers
         if timers and (deadline is None or timers[0][0] < deadline):
             deadline = timers[0][0]
-        if self._table is not None:
-            for candidate in (self._table.next_probe_due(), self._probes.next_deadline()):
-                if candidate is not None and (deadline is None or candidate < deadline):
-                    deadline = candidate
+        if self._table is not None:           # asked after every event: no temporaries
+            candidate = self._table.next_probe_due()
+            if candidate is not None and (deadline is None or candidate < deadline):
+                deadline = candidate
+            candidate = self._probes.next_deadline()
+            if candidate is not None and (deadline is None or candidate < deadline):
+                deadline = candidate
         return deadline
 
     def on_timer(self, now: float) -> None:

@@ -32,15 +32,16 @@ from testbed.nic.routes import FixedRoute, ReverseRoutes
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import (
     IMM_OPCODES,
+    PSN_MASK,
     TIMESTAMP_MASK,
-    DataPacket,
+    AnyData,
     Nack,
     NackReason,
     Opcode,
     ReliabilityProbe,
-    Sack,
     Trim,
     Verdict,
+    encode_sack,
 )
 
 MESSAGE_END_OPCODES = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_WITH_IMM,
@@ -50,6 +51,13 @@ _U32 = 0xFFFFFFFF
 _U64 = (1 << 64) - 1
 _SACK, _NACK = 0, 1
 _NONE, _SKIP_ONCE, _ALWAYS_SKIP = Verdict.NONE, Verdict.SKIP_ONCE, Verdict.ALWAYS_SKIP
+# Enum members read through the class cost an attribute lookup each; per-packet code uses these.
+_NEW, _DUPLICATE = Arrival.NEW, Arrival.DUPLICATE
+_TRIM_NONE = Trim.NONE
+_PLACED = PlacementResult.OK
+# Outgoing(...) goes through the NamedTuple's Python-level __new__; building the tuple directly
+# gives the very same object for about half the cost, once per SACK.
+_new_tuple = tuple.__new__
 _PLACEMENT_TEXT = {
     PlacementResult.UNKNOWN_RKEY: "WRITE to an unknown rkey",
     PlacementResult.NO_WRITE_ACCESS: "WRITE to a region without remote write access",
@@ -70,6 +78,8 @@ class Responder:
         self._peer_qp = rtr.dest_qp
         self._peer_addr = rtr.dest_addr
         self._config = config
+        self._sack_on_end = config.sack_on_message_end      # read per packet; config is frozen
+        self._ack_every = config.ack_every
         self._placement = placement
         self._recv_queue = recv_queue
         self._recv_cq = recv_cq
@@ -96,7 +106,7 @@ class Responder:
 
     # ------------------------------------------------------------------------- arrivals
 
-    def on_data(self, now: float, pkt: DataPacket, ev_id: int, ecn: bool) -> None:
+    def on_data(self, now: float, pkt: AnyData, ev_id: int, ecn: bool) -> None:
         self._counters.packets_received += 1
         window = self.window
         index = window.to_index(pkt.psn)
@@ -104,15 +114,15 @@ class Responder:
             self._on_data_in_order(now, pkt, index, ev_id, ecn)
             return
         arrival = window.classify(index)
-        if arrival is Arrival.NEW:
+        if arrival is _NEW:
             self._accept(now, pkt, index, ev_id, ecn)
-        elif arrival is Arrival.DUPLICATE:
+        elif arrival is _DUPLICATE:
             self._counters.duplicates_received += 1
             self._sack_now(now, pkt, index, ev_id, self._verdict(now, pkt.tx_timestamp, ev_id, ecn))
         else:
             self._nack(pkt, NackReason.PSN_OOR_WINDOW, ev_id)
 
-    def _on_data_in_order(self, now: float, pkt: DataPacket, index: int, ev_id: int,
+    def _on_data_in_order(self, now: float, pkt: AnyData, index: int, ev_id: int,
                           ecn: bool) -> None:
         offset = index - self.window.expected
         if offset == 0:
@@ -130,41 +140,44 @@ class Responder:
             expected = self.window.wire_psn(self.window.expected)
             self._queue_nack(expected, NackReason.NO_BITMAP, ev_id, pkt.tx_timestamp)
 
-    def _accept(self, now: float, pkt: DataPacket, index: int, ev_id: int, ecn: bool) -> None:
-        if pkt.trim is not Trim.NONE:
+    def _accept(self, now: float, pkt: AnyData, index: int, ev_id: int, ecn: bool) -> None:
+        if pkt.trim is not _TRIM_NONE:
             self._counters.trimmed_received += 1
             if not self._config.trim_nacks:
                 return                         # no TRIM_NACK capability: the packet is lost
             last_hop = pkt.trim is Trim.TRIMMED_LASTHOP
             self._nack(pkt, NackReason.TRIMMED_LASTHOP if last_hop else NackReason.TRIMMED, ev_id)
             return
-        if pkt.opcode in IMM_OPCODES and not self._admit_immediate(pkt, ev_id):
+        opcode, payload, counters = pkt.opcode, pkt.payload, self._counters
+        with_imm = opcode in IMM_OPCODES
+        if with_imm and not self._admit_immediate(pkt, ev_id):
             return
-        placed = self._placement.place(pkt.rkey, pkt.remote_offset, pkt.payload)
-        if placed is not PlacementResult.OK:
+        placed = self._placement.place(pkt.rkey, pkt.remote_offset, payload)
+        if placed is not _PLACED:
             self._refuse(pkt, ev_id, WcStatus.LOC_QP_OP_ERR, _PLACEMENT_TEXT[placed])
             return
-        if pkt.opcode in IMM_OPCODES:
+        if with_imm:
             heapq.heappush(self._stash, (index, pkt.imm, pkt.total_length))
         window = self.window
-        in_sequence = index == window.expected and not window.ooo
-        if index != window.expected:
-            self._counters.out_of_order_received += 1
+        expected = window.expected
+        in_sequence = index == expected and not window.ooo
+        if index != expected:
+            counters.out_of_order_received += 1
         if window.mark(index):
             self._nak_sent = False
             if self._stash:
                 self._release_immediates(now)
-        nbytes = len(pkt.payload)
+        nbytes = len(payload)
         self.received_bytes += nbytes
-        self._counters.bytes_received += nbytes
+        counters.bytes_received += nbytes
         verdict = self._verdict(now, pkt.tx_timestamp, ev_id, ecn)
         if (not in_sequence or verdict or pkt.ack_request
-                or (self._config.sack_on_message_end and pkt.opcode in MESSAGE_END_OPCODES)):
+                or (self._sack_on_end and opcode in MESSAGE_END_OPCODES)):
             self._sack_now(now, pkt, index, ev_id, verdict)
         else:
             self._coalesce(now, pkt, index, ev_id)
 
-    def _admit_immediate(self, pkt: DataPacket, ev_id: int) -> bool:
+    def _admit_immediate(self, pkt: AnyData, ev_id: int) -> bool:
         # max_wimm_dest bounds the WriteIMMs in flight at the responder (mrc.h): an RQMSN that
         # far beyond the next one to release means the requester overran it.
         if (pkt.rqmsn - self._rq_released) & _U16 >= self._max_wimm_dest:
@@ -177,7 +190,7 @@ class Responder:
             return False
         return True
 
-    def _refuse(self, pkt: DataPacket, ev_id: int, status: WcStatus, why: str) -> None:
+    def _refuse(self, pkt: AnyData, ev_id: int, status: WcStatus, why: str) -> None:
         self._nack(pkt, NackReason.UNEXP_EVENT, ev_id)
         self._fail(status, why)
 
@@ -222,26 +235,27 @@ class Responder:
 
     # ------------------------------------------------------------------------- feedback queue
 
-    def _sack_now(self, now: float, pkt: DataPacket, index: int, ev_id: int,
+    def _sack_now(self, now: float, pkt: AnyData, index: int, ev_id: int,
                   verdict: Verdict) -> None:
         self._pending = 0
         self._ack_due = None
-        self._queue_sack((index, pkt.psn, ev_id, pkt.tx_timestamp, now, verdict, False))
+        self._feedback.append((_SACK, (index, pkt.psn, ev_id, pkt.tx_timestamp, now, verdict,
+                                       False)))
 
-    def _coalesce(self, now: float, pkt: DataPacket, index: int, ev_id: int) -> None:
-        self._last_trigger = (index, pkt.psn, ev_id, pkt.tx_timestamp, now, _NONE, False)
+    def _coalesce(self, now: float, pkt: AnyData, index: int, ev_id: int) -> None:
+        self._last_trigger = trigger = (index, pkt.psn, ev_id, pkt.tx_timestamp, now, _NONE, False)
         self._pending += 1
-        if self._pending >= self._config.ack_every:
+        if self._pending >= self._ack_every:
             self._pending = 0
             self._ack_due = None
-            self._queue_sack(self._last_trigger)
+            self._feedback.append((_SACK, trigger))
         elif self._ack_due is None:
             self._ack_due = now + self._config.ack_delay_s
 
     def _queue_sack(self, trigger: tuple) -> None:
         self._feedback.append((_SACK, trigger))
 
-    def _nack(self, pkt: DataPacket, reason: NackReason, ev_id: int) -> None:
+    def _nack(self, pkt: AnyData, reason: NackReason, ev_id: int) -> None:
         self._queue_nack(pkt.psn, reason, ev_id, pkt.tx_timestamp)
 
     def _queue_nack(self, psn: int, reason: NackReason, ev_id: int, ts: int | None) -> None:
@@ -273,25 +287,30 @@ class Responder:
 
     def poll_tx(self, now: float, budget: int, out: list[Outgoing]) -> int:
         sent = 0
-        feedback = self._feedback
+        feedback, next_route, peer = self._feedback, self._reverse.next, self._peer_addr
         while feedback and sent < budget:
             kind, fields = feedback.popleft()
             data = self._encode_sack(now, fields) if kind == _SACK else self._encode_nack(fields)
-            route = self._reverse.next()
-            out.append(Outgoing(route.path, route.plane, route.ev_id, data, self._peer_addr))
+            route = next_route()
+            out.append(_new_tuple(Outgoing, (route.path, route.plane, route.ev_id, data, peer)))
             sent += 1
         return sent
 
     def _encode_sack(self, now: float, trigger: tuple) -> bytes:
         index, trigger_psn, ev_id, ts, arrived, verdict, probe_reply = trigger
-        window = self.window
+        window, counters = self.window, self._counters
         offset, bitmap = window.sack_fields(index)
-        service_ns = min(int((now - arrived) * 1e9), _U32)
-        self._counters.sacks_sent += 1
-        self._counters.sack_verdicts_sent[verdict] += 1
-        return Sack(self._peer_qp, window.cack_psn, ev_id, offset, bitmap, verdict,
-                    self._mpr_dest if self._dynamic_mpr else 0, trigger_psn, probe_reply, ts,
-                    service_ns, min(window.ooo, _U16), 0, self.received_bytes & _U64).encode()
+        service_ns = int((now - arrived) * 1e9)
+        if service_ns > _U32:
+            service_ns = _U32
+        ooo = window.ooo
+        counters.sacks_sent += 1
+        counters.sack_verdicts_sent[verdict] += 1
+        cack_psn = (window.initial_psn + window.expected - 1) & PSN_MASK    # window.cack_psn
+        return encode_sack(self._peer_qp, cack_psn, ev_id, offset, bitmap, verdict,
+                           self._mpr_dest if self._dynamic_mpr else 0, trigger_psn, probe_reply,
+                           ts, service_ns, ooo if ooo < _U16 else _U16, 0,
+                           self.received_bytes & _U64)
 
     def _encode_nack(self, fields: tuple) -> bytes:
         psn, reason, ev_id, ts = fields

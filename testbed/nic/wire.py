@@ -10,6 +10,14 @@ at import, and decoding builds no per-packet dictionaries. Decoding is strict:
 every reserved bit must be zero and every length must add up, so a packet that
 decodes re-encodes to the very same bytes. Any malformed input raises
 ``WireError`` and nothing else.
+
+The endpoint's own per-packet calls skip the frozen packet dataclasses, whose
+construction costs as much as the encoding: the requester and responder call
+``encode_data`` / ``encode_sack`` with plain values (the classes' ``encode()``
+methods delegate to them), and the receive path calls ``decode_received``, which
+makes every check ``decode`` makes but returns data packets and SACKs as the named
+tuples ``RxData`` / ``RxSack``. tests/unit/test_wire_fast_paths.py holds the two
+paths to identical bytes, fields and errors.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import zlib
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from ipaddress import IPv6Address
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable, NamedTuple, Union
 
 # --------------------------------------------------------------------------
 # Constants
@@ -135,6 +143,7 @@ ONLY_OPCODES = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_WITH_IMM})
 _REASON_BY_VALUE = {reason.value: reason for reason in NackReason}
 _VERDICT_BY_BITS = (Verdict.NONE, Verdict.SKIP_ONCE, Verdict.ALWAYS_SKIP, None)
 _VERDICTS = frozenset(Verdict)
+_SACK_OPCODE = Opcode.SACK.value
 # Indexed by (flags >> 3) & 3, i.e. (TRIMMED, TRIMMED_LASTHOP) bits.
 _TRIM_BY_BITS = (Trim.NONE, None, Trim.TRIMMED, Trim.TRIMMED_LASTHOP)
 _TRIM_FLAGS = {
@@ -154,9 +163,6 @@ _DATA_FLAGS = (
 _U32 = struct.Struct(">I")
 # opcode, flags, version, reserved, [reserved:8 | dest_qp:24], [reserved:8 | psn:24]
 _BTH = struct.Struct(">BBBBII")
-_METH = struct.Struct(">HH")  # msn, rqmsn
-_BTH_METH = struct.Struct(">BBBBIIHH")
-_RETH = struct.Struct(">QII")  # remote_offset, rkey, total_length
 # SETH: sack_offset, sack_flags, mpr, bitmap, reflected ev, [reserved:8 | trigger_psn:24]
 # CC_STATE: ts_echo, service_time_ns, ooo_count, rcv_cwnd_pen, reserved, received_bytes
 _SACK_BODY = struct.Struct(">HBBQII" "IIHBBQ")
@@ -172,6 +178,7 @@ _INNER = struct.Struct(">IHBB16s16sHHHH")
 
 # Whole data-packet headers (BTH | METH | [TSETH] | RETH | [ImmDt]) in one struct each, indexed
 # by has_timestamp * 2 + has_imm: one pack or unpack call per packet whatever it carries.
+# METH: msn, rqmsn. TSETH: tx_timestamp. RETH: remote_offset, rkey, total_length. ImmDt: imm.
 _DATA_BODY_FORMATS = ("HHQII", "HHQIII", "HHIQII", "HHIQIII")
 _DATA_HEADERS = tuple(struct.Struct(">BBBBII" + body) for body in _DATA_BODY_FORMATS)
 _DATA_BODIES = tuple(struct.Struct(">" + body) for body in _DATA_BODY_FORMATS)
@@ -507,8 +514,13 @@ def encode_data(
         raise WireError("ImmDt must be present exactly on *_WITH_IMM opcodes")
     if (dest_qp | psn) >> 24:  # one test for both; _check_24bit names the culprit
         _check_24bit("dest_qp/psn", dest_qp, psn)
-    _check_qp(dest_qp)
-    _check_data_lengths(opcode, trim, len(payload), total_length)
+    if dest_qp == EP_OP_QP:
+        _check_qp(dest_qp)
+    # The checks of _check_data_lengths, which is called only to refuse (or for a trim).
+    payload_len = len(payload)
+    if trim or ((payload_len != total_length) if opcode in ONLY_OPCODES
+                else not 0 < payload_len < total_length):
+        _check_data_lengths(opcode, trim, payload_len, total_length)
     flags = _TRIM_FLAGS.get(trim)
     if flags is None:
         raise WireError(f"unknown trim state {trim!r}")
@@ -534,7 +546,8 @@ def encode_data(
                                    total_length)
     except struct.error as exc:
         raise WireError(f"field out of range: {exc}") from exc
-    return _seal(header, payload)
+    crc = zlib.crc32(payload, zlib.crc32(header))          # _seal(), inlined
+    return b"".join((header, payload, _U32.pack(crc)))
 
 
 def encode_sack(
@@ -556,16 +569,20 @@ def encode_sack(
     """The bytes of Sack(same arguments).encode(); raises WireError likewise."""
     if (dest_qp | cack_psn | trigger_psn) >> 24:
         _check_24bit("dest_qp/cack_psn/trigger_psn", dest_qp, cack_psn, trigger_psn)
-    _check_qp(dest_qp)
+    if dest_qp == EP_OP_QP:
+        _check_qp(dest_qp)
     if not 0 <= rcv_cwnd_pen <= MAX_RCV_CWND_PEN:
         raise WireError(f"rcv_cwnd_pen {rcv_cwnd_pen} outside 0..127")
     if verdict not in _VERDICTS:
         raise WireError(f"unknown verdict {verdict!r}")
-    ts_flag, ts_echo = _echo_field(ts_echo)
+    if ts_echo is None:                   # _echo_field(), inlined
+        ts_flag, ts_echo = 0, 0
+    else:
+        ts_flag = FLAG_TIMESTAMP
     sack_flags = verdict | (SACK_PROBE_REPLY if probe_reply else 0)
     try:
         header = _SACK_PACKET.pack(
-            Opcode.SACK, ts_flag, PROTOCOL_VERSION, 0, dest_qp, cack_psn, sack_offset,
+            _SACK_OPCODE, ts_flag, PROTOCOL_VERSION, 0, dest_qp, cack_psn, sack_offset,
             sack_flags, mpr, bitmap, ev, trigger_psn, ts_echo, service_time_ns, ooo_count,
             rcv_cwnd_pen, 0, received_bytes,
         )
@@ -731,71 +748,64 @@ Packet = Union[DataPacket, Sack, Nack, ReliabilityProbe, EvProbe, EvProbeReply]
 # --------------------------------------------------------------------------
 
 
-class RxData:
+class RxData(NamedTuple):
     """A received data packet as the endpoint's receive path sees it (decode_received).
 
-    The fields, order and meaning of DataPacket in a plain __slots__ class: a frozen
-    dataclass sets each of its 14 fields through object.__setattr__, which costs about
-    a microsecond per packet, more than decoding the headers. Built only from bytes that
-    passed every check decode() makes.
+    The fields, order and meaning of DataPacket, as a named tuple built with tuple.__new__:
+    a frozen dataclass sets each of its 14 fields through object.__setattr__, which costs
+    about a microsecond per packet, more than decoding the headers. Built only from bytes
+    that passed every check decode() makes.
     """
 
-    __slots__ = ("opcode", "dest_qp", "psn", "msn", "rqmsn", "remote_offset", "rkey",
-                 "total_length", "payload", "imm", "tx_timestamp", "retransmit", "ack_request",
-                 "trim")
-
-    def __init__(self, opcode: Opcode, dest_qp: int, psn: int, msn: int, rqmsn: int,
-                 remote_offset: int, rkey: int, total_length: int, payload: bytes,
-                 imm: int | None, tx_timestamp: int | None, retransmit: bool,
-                 ack_request: bool, trim: Trim) -> None:
-        self.opcode = opcode
-        self.dest_qp = dest_qp
-        self.psn = psn
-        self.msn = msn
-        self.rqmsn = rqmsn
-        self.remote_offset = remote_offset
-        self.rkey = rkey
-        self.total_length = total_length
-        self.payload = payload
-        self.imm = imm
-        self.tx_timestamp = tx_timestamp
-        self.retransmit = retransmit
-        self.ack_request = ack_request
-        self.trim = trim
+    opcode: Opcode
+    dest_qp: int
+    psn: int
+    msn: int
+    rqmsn: int
+    remote_offset: int
+    rkey: int
+    total_length: int
+    payload: bytes
+    imm: int | None
+    tx_timestamp: int | None
+    retransmit: bool
+    ack_request: bool
+    trim: Trim
 
     def packet(self) -> DataPacket:
-        return DataPacket(*(getattr(self, name) for name in self.__slots__))
+        return DataPacket(*self)
 
 
-class RxSack:
+class RxSack(NamedTuple):
     """A received SACK as the endpoint's receive path sees it: Sack's fields (see RxData)."""
 
-    __slots__ = ("dest_qp", "cack_psn", "ev", "sack_offset", "bitmap", "verdict", "mpr",
-                 "trigger_psn", "probe_reply", "ts_echo", "service_time_ns", "ooo_count",
-                 "rcv_cwnd_pen", "received_bytes")
-
-    def __init__(self, dest_qp: int, cack_psn: int, ev: int, sack_offset: int, bitmap: int,
-                 verdict: Verdict, mpr: int, trigger_psn: int, probe_reply: bool,
-                 ts_echo: int | None, service_time_ns: int, ooo_count: int, rcv_cwnd_pen: int,
-                 received_bytes: int) -> None:
-        self.dest_qp = dest_qp
-        self.cack_psn = cack_psn
-        self.ev = ev
-        self.sack_offset = sack_offset
-        self.bitmap = bitmap
-        self.verdict = verdict
-        self.mpr = mpr
-        self.trigger_psn = trigger_psn
-        self.probe_reply = probe_reply
-        self.ts_echo = ts_echo
-        self.service_time_ns = service_time_ns
-        self.ooo_count = ooo_count
-        self.rcv_cwnd_pen = rcv_cwnd_pen
-        self.received_bytes = received_bytes
+    dest_qp: int
+    cack_psn: int
+    ev: int
+    sack_offset: int
+    bitmap: int
+    verdict: Verdict
+    mpr: int
+    trigger_psn: int
+    probe_reply: bool
+    ts_echo: int | None
+    service_time_ns: int
+    ooo_count: int
+    rcv_cwnd_pen: int
+    received_bytes: int
 
     def packet(self) -> Sack:
-        return Sack(*(getattr(self, name) for name in self.__slots__))
+        return Sack(*self)
 
+
+# The NamedTuple constructors go through a Python-level __new__; the fast decoders build
+# the tuple directly, which gives the same object for a third of the cost.
+_new_tuple = tuple.__new__
+
+
+# What the QP's receive code accepts: the public packet class or its receive-path twin.
+AnyData = Union[DataPacket, RxData]
+AnySack = Union[Sack, RxSack]
 
 _Decoder = Callable[[bytes, int, Opcode, int, int, int], Any]
 
@@ -963,8 +973,103 @@ def decode(buf: bytes) -> Packet:
 
 def decode_received(buf: bytes) -> Packet | RxData | RxSack:
     """decode() for the endpoint's receive path: same checks, same WireError, but data
-    packets and SACKs come back as RxData / RxSack (same fields, cheaper to build)."""
+    packets and SACKs come back as RxData / RxSack (same fields, cheaper to build).
+
+    Untrimmed data packets and SACKs, nearly all the traffic, take a fast path that checks
+    everything decode() checks in one function with one unpack of the whole header; anything
+    it does not accept (trims, other opcodes, any malformation) goes through the general
+    decoder, which is the one place that explains what is wrong.
+    """
+    n = len(buf)
+    if n >= _MIN_DATA_PACKET_LEN and _plain_bytes(buf):
+        opcode = _FAST_DATA_OPCODES.get(buf[0])
+        if opcode is not None:
+            packet = _fast_data(buf, n, opcode)
+        elif buf[0] == _SACK_OPCODE and n == SACK_LEN:
+            packet = _fast_sack(buf)
+        else:
+            packet = None
+        if packet is not None:
+            return packet
     return _decode(buf, _RX_DISPATCH)
+
+
+_MIN_DATA_PACKET_LEN = BTH_LEN + METH_LEN + RETH_LEN + ICRC_LEN
+_FAST_DATA_OPCODES = {op.value: op for op in DATA_OPCODES}
+# Data flags the fast path leaves to the general decoder: trims and reserved bits.
+_SLOW_DATA_FLAGS = 0xFF & ~(FLAG_RETRANSMIT | FLAG_TIMESTAMP | FLAG_ACK_REQUEST)
+_TRIM_NONE = Trim.NONE
+
+
+def _plain_bytes(buf: bytes) -> bool:
+    """Whether indexing and slicing ``buf`` is indexing and slicing its bytes, as the fast
+    paths assume (other memoryview formats and strided views take the general decoder)."""
+    kind = type(buf)
+    return (kind is bytes or kind is bytearray
+            or (kind is memoryview and buf.format == "B" and buf.c_contiguous))
+
+
+def _fast_data(buf: bytes, n: int, opcode: Opcode) -> RxData | None:
+    """An untrimmed, well-formed data packet, or None (the general decoder then decides)."""
+    flags = buf[1]
+    if flags & _SLOW_DATA_FLAGS:
+        return None
+    has_imm = opcode in IMM_OPCODES
+    layout = (2 if flags & FLAG_TIMESTAMP else 0) + has_imm
+    header = _DATA_HEADERS[layout]
+    header_len = header.size
+    end = n - ICRC_LEN
+    if end < header_len:
+        return None
+    fields = header.unpack_from(buf)
+    tx_timestamp = imm = None
+    if layout == 0:
+        _, _, version, reserved, dqp, psn, msn, rqmsn, remote_offset, rkey, total = fields
+    elif layout == 1:
+        _, _, version, reserved, dqp, psn, msn, rqmsn, remote_offset, rkey, total, imm = fields
+    elif layout == 2:
+        (_, _, version, reserved, dqp, psn, msn, rqmsn, tx_timestamp, remote_offset, rkey,
+         total) = fields
+    else:
+        (_, _, version, reserved, dqp, psn, msn, rqmsn, tx_timestamp, remote_offset, rkey,
+         total, imm) = fields
+    if version != PROTOCOL_VERSION or reserved or (dqp | psn) >> 24 or dqp == EP_OP_QP:
+        return None
+    payload_len = end - header_len
+    if (payload_len != total) if opcode in ONLY_OPCODES else not 0 < payload_len < total:
+        return None
+    if zlib.crc32(memoryview(buf)[:end]) != _U32.unpack_from(buf, end)[0]:
+        return None
+    payload = buf[header_len:end]
+    if type(payload) is not bytes:
+        payload = bytes(payload)
+    return _new_tuple(RxData, (opcode, dqp, psn, msn, rqmsn, remote_offset, rkey, total, payload,
+                               imm, tx_timestamp, (flags & FLAG_RETRANSMIT) != 0,
+                               (flags & FLAG_ACK_REQUEST) != 0, _TRIM_NONE))
+
+
+def _fast_sack(buf: bytes) -> RxSack | None:
+    """A well-formed SACK (length already checked), or None (the general decoder decides)."""
+    (_, flags, version, reserved, dqp, cack_psn, sack_offset, sack_flags, mpr, bitmap, ev,
+     trigger_psn, ts_echo, service_time_ns, ooo_count, pen, reserved2,
+     received_bytes) = _SACK_PACKET.unpack_from(buf)
+    if (version != PROTOCOL_VERSION or reserved or (dqp | cack_psn | trigger_psn) >> 24
+            or dqp == EP_OP_QP or flags & ~FLAG_TIMESTAMP or sack_flags & _SACK_RESERVED
+            or reserved2 or pen > MAX_RCV_CWND_PEN):
+        return None
+    verdict = _VERDICT_BY_BITS[sack_flags & SACK_VERDICT_MASK]
+    if verdict is None:
+        return None
+    if not flags:
+        if ts_echo:
+            return None
+        ts_echo = None
+    end = SACK_LEN - ICRC_LEN
+    if zlib.crc32(memoryview(buf)[:end]) != _U32.unpack_from(buf, end)[0]:
+        return None
+    return _new_tuple(RxSack, (dqp, cack_psn, ev, sack_offset, bitmap, verdict, mpr, trigger_psn,
+                               (sack_flags & SACK_PROBE_REPLY) != 0, ts_echo, service_time_ns,
+                               ooo_count, pen, received_bytes))
 
 
 def _decode(buf: bytes, table: dict[int, tuple[Opcode, _Decoder, int, bool]]) -> Any:
@@ -1001,17 +1106,16 @@ def trim_data_packet(buf: bytes, *, last_hop: bool = False) -> bytes:
 
 
 __all__ = [
-    "Address", "CC_STATE_LEN", "DATA_OPCODES", "DataPacket", "EP_OP_QP", "EV_PROBE_LEN",
-    "EV_PROBE_REPLY_LEN", "EvProbe", "EvProbeReply", "FLAG_ACK_REQUEST", "FLAG_RETRANSMIT",
-    "FLAG_TIMESTAMP", "FLAG_TRIMMED", "FLAG_TRIMMED_LASTHOP", "ICRC_LEN", "IMMDT_LEN",
-    "IMM_OPCODES", "INNER_HEADERS_LEN", "IPV6_HEADER_LEN", "MAX_RCV_CWND_PEN", "METH_LEN",
-    "MPR_UNIT_PSNS", "NACK_LEN", "NETH_LEN", "Nack", "NackReason", "ONLY_OPCODES", "Opcode",
-    "PROTOCOL_VERSION", "PSN_BITS", "PSN_MASK", "PSN_SPACE", "Packet", "RETH_LEN",
+    "Address", "AnyData", "AnySack", "CC_STATE_LEN", "DATA_OPCODES", "DataPacket", "EP_OP_QP",
+    "EV_PROBE_LEN", "EV_PROBE_REPLY_LEN", "EvProbe", "EvProbeReply", "FLAG_ACK_REQUEST",
+    "FLAG_RETRANSMIT", "FLAG_TIMESTAMP", "FLAG_TRIMMED", "FLAG_TRIMMED_LASTHOP", "ICRC_LEN",
+    "IMMDT_LEN", "IMM_OPCODES", "INNER_HEADERS_LEN", "IPV6_HEADER_LEN", "MAX_RCV_CWND_PEN",
+    "METH_LEN", "MPR_UNIT_PSNS", "NACK_LEN", "NETH_LEN", "Nack", "NackReason", "ONLY_OPCODES",
+    "Opcode", "PROTOCOL_VERSION", "PSN_BITS", "PSN_MASK", "PSN_SPACE", "Packet", "RETH_LEN",
     "ReliabilityProbe", "SACK_BITMAP_BITS", "SACK_LEN", "SETH_LEN", "Sack", "TSETH_LEN",
     "TIMESTAMP_MASK", "Trim", "UDP_HEADER_LEN", "UDP_PORT", "Verdict", "WireError", "BTH_LEN",
-    "RxData", "RxSack", "build_inner", "decode", "decode_received", "encode_data",
-    "encode_sack", "ev_to_sport_flowlabel", "ipv6_header", "max_payload",
-    "parse_inner", "psn_add", "psn_diff", "psn_le", "psn_lt", "sack_bitmap", "sack_holes",
-    "sack_received_psns", "sport_flowlabel_to_ev", "timestamp_elapsed_us", "timestamp_us",
-    "trim_data_packet", "udp_header",
+    "RxData", "RxSack", "build_inner", "decode", "decode_received", "encode_data", "encode_sack",
+    "ev_to_sport_flowlabel", "ipv6_header", "max_payload", "parse_inner", "psn_add", "psn_diff",
+    "psn_le", "psn_lt", "sack_bitmap", "sack_holes", "sack_received_psns", "sport_flowlabel_to_ev",
+    "timestamp_elapsed_us", "timestamp_us", "trim_data_packet", "udp_header",
 ]

@@ -23,7 +23,6 @@ from testbed.nic.qp import QueuePair
 from testbed.nic.socket_runtime import AddressBook, Nic, SocketRuntime
 
 DATA_OPCODES = range(0x06, 0x0C)
-REGION_BYTES = 64 << 20       # the largest flow one pair may carry
 
 
 @dataclass
@@ -81,22 +80,23 @@ class EndpointFlows:
         return {p: [x.carrier for x in self.fab.plan.paths(src, dst, p)]
                 for p in self.fab.plan.planes}
 
-    def _connection(self, src: str, dst: str) -> Connection:
-        if (src, dst) not in self.connections:
+    def prepare(self, flows: list[tuple[str, str, int]]) -> None:
+        """Connect every (src, dst) pair before the clock starts, with a
+        region as large as the pair's largest flow."""
+        largest: dict[tuple[str, str], int] = {}
+        for src, dst, size in flows:
+            largest[(src, dst)] = max(size, largest.get((src, dst), 0))
+        for (src, dst), size in largest.items():
             a, b = self._endpoint(src), self._endpoint(dst)
             qa, qb = connect(a, b, self._paths(src, dst),
                              self._paths(dst, src), self.transport,
                              **self.attrs)
             self.connections[(src, dst)] = Connection(
-                qa, qb, b.register_mr(bytearray(REGION_BYTES)))
-        return self.connections[(src, dst)]
+                qa, qb, b.register_mr(bytearray(size)))
 
     def start(self, flow_id: int, src: str, dst: str, size: int) -> dict:
         """Returns what the flow runs on (for the event log)."""
-        if size > REGION_BYTES:
-            raise ValueError('flow %d: %d bytes exceeds the %d-byte region'
-                             % (flow_id, size, REGION_BYTES))
-        conn = self._connection(src, dst)
+        conn = self.connections[(src, dst)]
         data = os.urandom(size)
         responder = conn.responder.responder
         self.flows[flow_id] = EndpointFlow(

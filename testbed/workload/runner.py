@@ -129,11 +129,12 @@ class TransportRunner:
             event.get('monotonic', time.monotonic()) - self.t0, 6)))
 
     def _loop(self, fab, driver, injector, phases) -> None:
+        records = self._records(phases)
+        driver.prepare([(r.src, r.dst, r.size) for r in records])
         self.t0 = time.monotonic()
         needs_gray = any(f.kind == 'gray_failure' for f in self.sc.faults)
         missing = list(injector.missing_features) if needs_gray else []
         health0 = HealthSample.now()
-        records = self._records(phases)
         faults = list(self.sc.timeline())
         phase, next_bin = 0, BIN_S
         self._start_phase(driver, records, phase)
