@@ -59,7 +59,7 @@ fi
 cd "$repo"
 case "${1:-}" in
   "") ;;
-  run)   shift; exec "$venv/bin/mrc-testbed" verify --topo fattree,k=4,planes=2 "$@" ;;
+  run)   shift; exec "$venv/bin/mrc-testbed" run scenarios/link_failure_allreduce.yaml "$@" ;;
   test)  shift; exec "$venv/bin/python" -m pytest tests "$@" ;;
   bench) shift; exec "$venv/bin/python" bench/fabric_build.py "$@" ;;
   *) say "unknown action '$1' (run, test or bench)"; exit 2 ;;

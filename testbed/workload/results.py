@@ -43,8 +43,11 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
     recoveries = []
     for i, (at, kind) in enumerate(disruptive):
         end = disruptive[i + 1][0] if i + 1 < len(disruptive) else None
-        recoveries.append({'fault': kind, 'at_s': at, 'recovery_s':
-                           recovery_time(goodput, BIN_S, at, end)})
+        died = run.aborted_at is not None and run.aborted_at >= at
+        # A job that died after the fault never recovered, whatever its
+        # goodput did before it died.
+        recoveries.append({'fault': kind, 'at_s': at, 'recovery_s': None
+                           if died else recovery_time(goodput, BIN_S, at, end)})
     plane_totals = [sum(run.plane_bins.get(p, [])) for p in planes]
     path_totals = [run.path_bytes.get(p, 0) for p in sorted(candidate_paths)]
     return {

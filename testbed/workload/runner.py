@@ -60,6 +60,7 @@ class TransportRun:
     retransmitted_bytes: int = 0
     elapsed_s: float = 0.0
     aborted: str | None = None
+    aborted_at: float | None = None
     health: dict = field(default_factory=dict)
 
 
@@ -210,6 +211,7 @@ class TransportRunner:
         if any(r.status == 'failed' for r in current):
             self.run.aborted = 'phase %d: a flow failed (%s)' % (
                 phase, next(r.error for r in current if r.status == 'failed'))
+            self.run.aborted_at = now
             self._log({'event': 'job_aborted', 'reason': self.run.aborted})
             return None
         if phase + 1 >= max(r.phase for r in records) + 1:
