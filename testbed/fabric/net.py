@@ -46,6 +46,16 @@ class FabricHost(Host):
         prepare_namespace(self.pid)
 
 
+class UsidControllerNode(RemoteController):
+    """Mininet's handle on our controller process. Mininet would check the
+    port with telnet through a shell, whose output can catch the
+    controller's binary OpenFlow hello and fail to decode; FabricNet has
+    already waited for the port to listen."""
+
+    def checkListening(self) -> None:
+        return
+
+
 class FabricError(RuntimeError):
     """The fabric could not be built as asked."""
 
@@ -86,9 +96,13 @@ class FabricNet:
         port = self._start_controller()
         switch = partial(ovs.FabricSwitch, datapath=self.datapath, failMode='secure',
                          protocols='OpenFlow13', batch=True)
+        # build=False: self.net exists before any node does, so stop() can
+        # tear down a network whose build failed half way.
         self.net = Mininet(topo=self.topo, switch=switch, host=FabricHost,
-                          controller=partial(
-            RemoteController, ip='127.0.0.1', port=port), autoSetMacs=False)
+                           controller=partial(UsidControllerNode,
+                                              ip='127.0.0.1', port=port),
+                           autoSetMacs=False, build=False)
+        self.net.build()
         self.net.start()
         root_links = self._root_links()
         ovs.tag_links(root_links)

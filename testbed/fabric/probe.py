@@ -69,7 +69,10 @@ class PathProber:
         src = self.plan.host_ports[(path.src, path.plane)].address
         dst = self.plan.host_ports[(path.dst, path.plane)].address
         packet = inner_udp(src, dst, PROBE_PORT, struct.pack('!I', index))
-        self.raw[path.src].sendto(packet, (path.carrier, 0))
+        try:
+            self.raw[path.src].sendto(packet, (path.carrier, 0))
+        except OSError:
+            pass   # refused at the sender's own port (down, full): lost
 
     def _collect(self, want: set[int], idle_s: float) -> set[int]:
         """Receive until everything wanted arrived or nothing did for

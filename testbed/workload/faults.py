@@ -34,6 +34,7 @@ Mechanics, chosen for what this kernel can emulate (design.md section 4):
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
 import inspect
@@ -458,11 +459,17 @@ class FaultInjector:
         return self._queue(at, fault, dict(params), lambda: method(**params))
 
     def apply(self, fault: Any, /, **params: Any) -> dict | list:
-        """Apply a fault now, named by a string with keyword parameters, a
-        mapping {'kind': ..., **params}, or an object with `kind` and a
-        `params` mapping."""
+        """Apply a fault now. `fault` is its name (parameters as keywords),
+        or a record: a mapping or dataclass with 'kind' (or 'type') and the
+        parameters, where a scenario's ``link=(a, b)`` and ``switch=`` read
+        as a, b and name, and 'at' and unset (None) fields are ignored."""
         kind, given = _fault_and_params(fault, params)
-        return self._fault_method(kind)(**given)
+        method = self._fault_method(kind)
+        try:
+            inspect.signature(method).bind(**given)
+        except TypeError as err:
+            raise FaultError('%s: %s' % (kind, err)) from None
+        return method(**given)
 
     def due(self, now: float | None = None) -> list[dict]:
         """Apply every queued action due by `now` (default: the monotonic
@@ -879,17 +886,33 @@ def _check_flap(period_s: float, count: int, down_s: float | None) -> float:
 
 
 def _fault_and_params(fault: Any, params: dict) -> tuple[str, dict]:
+    """(kind, keyword arguments) from what `apply` accepts."""
     if isinstance(fault, str):
         return fault, params
     if isinstance(fault, Mapping):
-        given = dict(fault)
-        kind = given.pop('kind', None) or given.pop('fault', None)
-        given.pop('at', None)
-        return str(kind), {**given.pop('params', {}), **given, **params}
-    if hasattr(fault, 'kind') and isinstance(getattr(fault, 'params', None),
-                                             Mapping):
-        return fault.kind, {**fault.params, **params}
-    raise FaultError('cannot read a fault from %r' % (fault,))
+        fields = dict(fault)
+    elif dataclasses.is_dataclass(fault) and not isinstance(fault, type):
+        fields = {f.name: getattr(fault, f.name)
+                  for f in dataclasses.fields(fault)}
+    elif hasattr(fault, 'kind'):
+        fields = {'kind': fault.kind, 'params': getattr(fault, 'params', {})}
+    else:
+        raise FaultError('cannot read a fault from %r' % (fault,))
+    kind = fields.pop('kind', None) or fields.pop('type', None)
+    fields.pop('at', None)
+    fields.update(fields.pop('params', None) or {})
+    # A scenario's record names a link as one (a, b) pair and a switch as
+    # 'switch'; unset fields of the record are None.
+    link = fields.pop('link', None)
+    if link is not None:
+        if isinstance(link, str) or len(link) != 2:
+            raise FaultError('link must be a pair of node names, got %r'
+                             % (link,))
+        fields['a'], fields['b'] = link
+    if 'switch' in fields:
+        fields['name'] = fields.pop('switch')
+    given = {k: v for k, v in fields.items() if v is not None}
+    return str(kind), {**given, **params}
 
 
 def _clock() -> tuple[float, float]:
