@@ -74,15 +74,20 @@ class SocketRuntime:
         self.book = book
         self.nics: list[Nic] = []
         self.tap = tap           # sees every packet sent (tests, tracing)
+        # poll, not select: a long-lived process may hold descriptors
+        # numbered above select's limit of 1024.
+        self.poller = select.poll()
 
     def add(self, endpoint: Endpoint) -> Nic:
         """Create the NIC's sockets in the calling thread's netns."""
         nic = Nic(endpoint)
         self.nics.append(nic)
+        self.poller.register(nic.rx, select.POLLIN)
         return nic
 
     def close(self) -> None:
         for nic in self.nics:
+            self.poller.unregister(nic.rx)
             nic.close()
         self.nics.clear()
 
@@ -109,7 +114,7 @@ class SocketRuntime:
             busy |= self._send(nic, now) > 0
             busy |= self._receive(nic, now) > 0
         if not busy:
-            select.select([nic.rx for nic in self.nics], [], [], wait)
+            self.poller.poll(wait * 1000)
 
     def _send(self, nic: Nic, now: float) -> int:
         out = nic.endpoint.poll_tx(now, TX_BUDGET)

@@ -1,0 +1,69 @@
+"""Flows over the kernel's own TCP and MPTCP: the same driver interface as
+`endpoint_flows.EndpointFlows`, for the scenario runner."""
+from __future__ import annotations
+
+from collections import Counter
+
+from testbed.fabric.net import FabricNet
+from testbed.workload.kernel_transports import FlowHandle, KernelTransports
+
+POLL_WAIT_S = 0.001
+
+
+class KernelFlows:
+    def __init__(self, fab: FabricNet, transport: str) -> None:
+        self.transport = transport
+        self.kernel = KernelTransports(fab)
+        self.handles: dict[int, FlowHandle] = {}
+
+    def prepare(self, flows: list[tuple[str, str, int]]) -> None:
+        """Connections are opened per flow, as an application would; MPTCP
+        path-manager endpoints are set up before the clock starts."""
+        if self.transport == 'mptcp':
+            self.kernel.prepare_mptcp({h for src, dst, _ in flows
+                                       for h in (src, dst)})
+
+    def start(self, flow_id: int, src: str, dst: str, size: int) -> dict:
+        handle = self.kernel.start_flow(src, dst, size, self.transport)
+        self.handles[flow_id] = handle
+        paths = {p: x.carrier for p, x in handle.paths.items()}
+        if self.transport == 'tcp' and paths:
+            plane, carrier = next(iter(paths.items()))
+            return {'pinned_path': {'plane': plane, 'path': carrier}}
+        return {'pinned_path': None, 'paths': paths}
+
+    def poll(self) -> None:
+        self.kernel.poll(timeout_s=POLL_WAIT_S)
+
+    def delivered(self, flow_id: int) -> int:
+        return self.handles[flow_id].delivered_bytes
+
+    def status(self, flow_id: int) -> str:
+        return self.handles[flow_id].status
+
+    def error(self, flow_id: int) -> str | None:
+        return self.handles[flow_id].error
+
+    def corrupt_bytes(self, flow_id: int) -> int:
+        """Kernel streams are checked by hash: a mismatch is the whole flow."""
+        h = self.handles[flow_id]
+        if h.status != 'done' or h.sha256_sent == h.sha256_received:
+            return 0
+        return h.size_bytes
+
+    @property
+    def plane_bytes(self) -> Counter[int]:
+        return Counter(self.kernel.plane_bytes())
+
+    @property
+    def path_bytes(self) -> dict[str, int]:
+        return self.kernel.path_bytes()
+
+    def retransmitted_bytes(self) -> int:
+        return self.kernel.retransmitted_bytes()
+
+    def ev_events(self) -> list[dict]:
+        return []
+
+    def close(self) -> None:
+        self.kernel.close()
