@@ -38,20 +38,31 @@ def goodput_plot(path: Path, runs: list[TransportRun], title: str) -> None:
     plt.close(fig)
 
 
+HEATMAP_BIN_S = 0.1
+
+
+def _coarse(series: list[float], factor: int) -> list[float]:
+    """Mbit/s per coarser bin, from bytes per timeline bin."""
+    return [sum(series[i:i + factor]) * 8 / (factor * BIN_S) / 1e6
+            for i in range(0, len(series), factor)]
+
+
 def plane_plot(path: Path, runs: list[TransportRun]) -> None:
     reps = _first_reps(runs)
+    factor = round(HEATMAP_BIN_S / BIN_S)
     fig, axes = plt.subplots(len(reps), 1, figsize=(9, 1.8 * len(reps) + 0.6),
                              squeeze=False, sharex=True)
     for ax, run in zip(axes[:, 0], reps):
         planes = sorted(run.plane_bins)
-        width = max((len(v) for v in run.plane_bins.values()), default=0)
-        grid = [[v * 8 / BIN_S / 1e6 for v in run.plane_bins[p]] +
-                [0.0] * (width - len(run.plane_bins[p])) for p in planes]
-        if grid and width:
+        grid = [_coarse(run.plane_bins[p], factor) for p in planes]
+        width = len(grid[0]) if grid else 0
+        if width:
             image = ax.imshow(grid, aspect='auto', interpolation='nearest',
-                              extent=(0, width * BIN_S, len(planes) + 0.5, 0.5),
+                              extent=(0, width * HEATMAP_BIN_S,
+                                      len(planes) - 0.5, -0.5),
                               cmap='viridis')
             fig.colorbar(image, ax=ax, label='Mbit/s sent')
+        ax.set_yticks(range(len(planes)), [str(p) for p in planes])
         ax.set(ylabel='%s\nplane' % run.transport)
     axes[-1, 0].set_xlabel('time (s)')
     fig.suptitle('per-plane load')

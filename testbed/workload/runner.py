@@ -113,6 +113,7 @@ class TransportRunner:
         with FabricNet(spec) as fab:
             phases = build_workload(fab.plan, self.rng)
             self.run.steps = tuple(getattr(phases, 'steps', ()))
+            self.run.plane_bins = {p: [] for p in fab.plan.planes}
             injector = make_injector(fab, self._log)
             driver = make_driver(fab, self.run.transport,
                                  self.sc.link_rate_mbit, self.sc.seed)
@@ -227,9 +228,8 @@ class TransportRunner:
             total += rec.delivered
         self.run.goodput_bins.append(total - self._last_total)
         self._last_total = total
-        for plane, count in driver.plane_bytes.items():
-            series = self.run.plane_bins.setdefault(plane, [])
-            series += [0.0] * (len(self.run.goodput_bins) - 1 - len(series))
+        for plane, series in self.run.plane_bins.items():
+            count = driver.plane_bytes.get(plane, 0)
             series.append(count - self._last_planes.get(plane, 0))
         self._last_planes = dict(driver.plane_bytes)
 

@@ -1,0 +1,79 @@
+"""Results files from synthetic runs: numbers, CSV, events, report, plots."""
+import csv
+import json
+
+from testbed.workload import plots
+from testbed.workload.report import markdown, table
+from testbed.workload.results import (aggregate, new_results_dir, run_metrics,
+                                      write_events, write_timeline)
+from testbed.workload.runner import FlowRecord, TransportRun
+from testbed.workload.scenario import parse_scenario
+
+HEALTHY = {'trusted': True, 'reasons': [], 'saturated': False}
+
+
+def synthetic(transport, dies=False):
+    run = TransportRun(transport, 0)
+    run.flows = [FlowRecord(1, 0, 'h1', 'h5', 1000, started=0.0, finished=1.0,
+                            status='done', delivered=1000),
+                 FlowRecord(2, 1, 'h5', 'h1', 1000, started=1.0,
+                            finished=None if dies else 2.0,
+                            status='failed' if dies else 'done',
+                            error='retry counter exceeded' if dies else None,
+                            delivered=300 if dies else 1000)]
+    run.steps = (range(0, 2),)
+    run.goodput_bins = [10.0] * 100 + [0.0] * 20 + [10.0] * 80
+    run.plane_bins = {1: [5.0] * 200, 2: [5.0] * 200}
+    run.path_bytes = {'fcbb:bb01:1000:8001::': 100, 'fcbb:bb02:1000:8001::': 100}
+    run.fault_times = [(1.0, 'link_down'), (1.5, 'link_up')]
+    run.events = [{'t': 1.0, 'fault': 'link_down'}]
+    run.elapsed_s = 2.0
+    run.health = HEALTHY
+    if dies:
+        run.aborted, run.aborted_at = 'phase 1: a flow failed', 1.2
+    return run
+
+
+def test_metrics_of_a_healthy_and_a_dying_run():
+    paths = {'fcbb:bb01:1000:8001::', 'fcbb:bb02:1000:8001::'}
+    ok = run_metrics(synthetic('mrc'), paths, (1, 2))
+    assert ok['completed'] and ok['flows_done'] == 2
+    assert ok['step_p50_s'] == 2.0 and ok['jain_planes'] == 1.0
+    assert ok['recovery'][0]['recovery_s'] is not None
+    dead = run_metrics(synthetic('rc', dies=True), paths, (1, 2))
+    assert not dead['completed'] and dead['qp_errors'] == ['retry counter exceeded']
+    assert dead['recovery'][0]['recovery_s'] is None     # the job died
+    assert dead['step_p50_s'] is None
+
+
+def test_files_table_report_and_plots(tmp_path):
+    runs = [synthetic('mrc'), synthetic('rc', dies=True)]
+    out = new_results_dir(tmp_path, 'demo')
+    assert new_results_dir(tmp_path, 'demo') != out      # never reused
+    write_timeline(out / 'timeline.csv', runs)
+    rows = list(csv.DictReader((out / 'timeline.csv').open()))
+    assert len(rows) == 400 and rows[0]['plane1_mbps'] and rows[0]['plane2_mbps']
+    write_events(out / 'events.jsonl', runs)
+    events = [json.loads(x) for x in (out / 'events.jsonl').read_text().splitlines()]
+    assert {e['transport'] for e in events} == {'mrc', 'rc'}
+    summary = {r.transport: aggregate([run_metrics(r, set(r.path_bytes), (1, 2))])
+               for r in runs}
+    text = table(summary)
+    assert 'completed' in text and 'QP error: retry counter exceeded' in text
+    plots.goodput_plot(out / 'goodput.png', runs, 'demo')
+    plots.plane_plot(out / 'planes.png', runs)
+    plots.path_plot(out / 'paths.png', runs, sorted(runs[0].path_bytes))
+    plots.cdf_plot(out / 'cdf.png', runs, {'mrc': [2.0], 'rc': []})
+    plots.comparison_plot(out / 'comparison.png', summary)
+    for name in ('goodput', 'planes', 'paths', 'cdf', 'comparison'):
+        png = (out / (name + '.png')).read_bytes()
+        assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 5000
+    scenario = parse_scenario({
+        'name': 'demo', 'description': 'synthetic',
+        'topology': 'fattree,k=4,planes=2', 'link_rate_mbit': 10,
+        'transports': ['mrc', 'rc'], 'duration_s': 2,
+        'workload': {'type': 'point_to_point', 'src': 'h1', 'dst': 'h5',
+                     'size_mb': 1}}, tmp_path)
+    report = markdown(scenario, summary, ['goodput.png'],
+                      {'started_utc': 'now', 'machine': 'here'})
+    assert '| mrc |' in report and '![goodput.png](goodput.png)' in report
