@@ -4,19 +4,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is so that every `with FabricNet`
+    and `finally` on the way out tears down what it built."""
+
+
+def _on_sigterm(signum: int, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return args.func(args)
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
         return 130
+    except Terminated:
+        print('terminated', file=sys.stderr)
+        return 143
 
 
 def _parser() -> argparse.ArgumentParser:

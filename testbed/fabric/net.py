@@ -75,6 +75,7 @@ class FabricNet:
         self.timings: dict[str, float] = {}
         self.agents: dict[str, AgentHandle] = {}
         self.lock = RunLock()
+        self.links_tagged = False
 
     def __enter__(self) -> 'FabricNet':
         try:
@@ -106,6 +107,7 @@ class FabricNet:
         self.net.start()
         root_links = self._root_links()
         ovs.tag_links(root_links)
+        self.links_tagged = True
         quiet_root_links(root_links)
         t1 = time.monotonic()
         self._wait_flows()
@@ -191,6 +193,8 @@ class FabricNet:
         if self.net is not None:
             _kill_nodes(self.net.hosts + self.net.switches +
                         self.net.controllers)
+            if not self.links_tagged:    # interrupted while building
+                ovs.tag_links(self._root_links())
             ovs.delete_bridges([s.name for s in self.net.switches],
                                self.datapath)
             self.net = None
