@@ -16,18 +16,35 @@ from mininet.topo import Topo
 TIER_CODE = {'edge': 1, 'agg': 2, 'core': 3}
 
 
+def tc_link_params(bw=None, delay=None, ecn=None):
+    """TCLink options for every link, or {} for plain veths: HTB at `bw`
+    Mbit/s, netem `delay` ms one way (each end delays what it sends), and
+    with `ecn=1` RED marking ECN-capable packets. TCLink hangs RED under the
+    HTB class, so ecn takes effect only together with bw.
+    (A copy lives in each topology file: `mn --custom` loads one file.)"""
+    params = {}
+    if bw:
+        params['bw'] = float(bw)
+    if delay:
+        params['delay'] = '%gms' % float(delay)
+    if ecn:
+        params['enable_ecn'] = True
+    return dict(params, cls=TCLink) if params else {}
+
 class MultiPlaneFatTree(Topo):
     """k-ary fat-tree (k even, >= 4) replicated over `planes` planes (1-8);
-    k**3/4 hosts. `bw` (Mbit/s) shapes every link with HTB when given."""
+    k**3/4 hosts. `bw` (Mbit/s) shapes every link with HTB when given,
+    `delay` (ms) adds netem delay and `ecn=1` RED/ECN marking (see
+    tc_link_params)."""
 
-    def build(self, k=4, planes=1, bw=None):
+    def build(self, k=4, planes=1, bw=None, delay=None, ecn=None):
         k, planes = int(k), int(planes)
         if k < 4 or k % 2:
             raise ValueError('fattree: k must be even and >= 4, got %d' % k)
         if not 1 <= planes <= 8:
             raise ValueError('fattree: planes must be 1..8, got %d' % planes)
         half = k // 2
-        link = {'cls': TCLink, 'bw': float(bw)} if bw else {}
+        link = tc_link_params(bw, delay, ecn)
         hosts = [self.addHost('h%d' % (n + 1)) for n in range(k ** 3 // 4)]
         for p in range(1, planes + 1):
             core = [self.sw('p%dc%d' % (p, c), p, 'core', c)

@@ -17,11 +17,28 @@ from mininet.topo import Topo
 TIER_CODE = {'leaf': 1, 'spine': 2}
 
 
+def tc_link_params(bw=None, delay=None, ecn=None):
+    """TCLink options for every link, or {} for plain veths: HTB at `bw`
+    Mbit/s, netem `delay` ms one way (each end delays what it sends), and
+    with `ecn=1` RED marking ECN-capable packets. TCLink hangs RED under the
+    HTB class, so ecn takes effect only together with bw.
+    (A copy lives in each topology file: `mn --custom` loads one file.)"""
+    params = {}
+    if bw:
+        params['bw'] = float(bw)
+    if delay:
+        params['delay'] = '%gms' % float(delay)
+    if ecn:
+        params['enable_ecn'] = True
+    return dict(params, cls=TCLink) if params else {}
+
 class MultiPlaneLeafSpine(Topo):
     """`planes` (1-8) planes of `leaves` x `spines`; leaves*hosts hosts.
-    `bw` (Mbit/s) shapes every link with HTB when given."""
+    `bw` (Mbit/s) shapes every link with HTB when given, `delay` (ms)
+    adds netem delay and `ecn=1` RED/ECN marking (see tc_link_params)."""
 
-    def build(self, leaves=4, spines=4, hosts=2, planes=1, bw=None):
+    def build(self, leaves=4, spines=4, hosts=2, planes=1, bw=None,
+              delay=None, ecn=None):
         leaves, spines, hosts, planes = (int(leaves), int(spines),
                                          int(hosts), int(planes))
         if leaves < 1 or spines < 1 or hosts < 1:
@@ -29,7 +46,7 @@ class MultiPlaneLeafSpine(Topo):
                              '>= 1, got %d, %d, %d' % (leaves, spines, hosts))
         if not 1 <= planes <= 8:
             raise ValueError('leafspine: planes must be 1..8, got %d' % planes)
-        link = {'cls': TCLink, 'bw': float(bw)} if bw else {}
+        link = tc_link_params(bw, delay, ecn)
         nodes = [self.addHost('h%d' % (n + 1)) for n in range(leaves * hosts)]
         for p in range(1, planes + 1):
             tops = [self.sw('p%ds%d' % (p, s), p, 'spine', s)

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from functools import cache
 
 
+# Names shared with link_options, so a refusal names what doctor prints.
+NETEM = 'netem'
+RED_ECN = 'RED/ECN'
+
+
 @dataclass(frozen=True)
 class Feature:
     name: str
@@ -106,10 +111,14 @@ def all_features() -> list[Feature]:
         Feature('SRv6 seg6local NEXT-C-SID', _next_csid(),
                 'iproute2 knows "flavors next-csid"', 'switch uSID shifting is '
                 'done in OVS flows, so only host-side NEXT-C-SID is missing'),
-        Feature('netem', netem_available(), 'sch_netem: link delay and loss',
-                'no added link delay; random loss comes from nftables'),
-        Feature('RED/ECN', red_ecn_available(), 'sch_red with ecn',
-                'no ECN marking: MRC sees congestion from queueing delay only'),
+        Feature(NETEM, netem_available(),
+                'sch_netem: link delay (topology delay=<ms>) and loss',
+                'topologies asking for delay= are refused before anything is '
+                'built; random loss comes from nftables'),
+        Feature(RED_ECN, red_ecn_available(),
+                'sch_red with ecn: ECN marking (topology ecn=1)',
+                'topologies asking for ecn=1 are refused; MRC sees congestion '
+                'from queueing delay only'),
         Feature('nftables', bool(shutil.which('nft')), 'nft binary',
                 'no gray-failure (random loss) injection'),
         Feature('MPTCP', _sysctl_exists('net.mptcp.enabled'),

@@ -29,6 +29,8 @@ from testbed.fabric import ovs
 from testbed.fabric.agents import AgentHandle
 from testbed.fabric.features import ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
+from testbed.fabric.link_options import (FeatureMissing, LinkOptionError,
+                                         resolve)
 from testbed.fabric.netns import write_sysctl
 from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import TopoSpec
@@ -67,6 +69,12 @@ class FabricNet:
     def __init__(self, spec: TopoSpec, datapath: str | None = None) -> None:
         self.spec = spec
         self.datapath = datapath or ovs_datapath()
+        # Before the run lock, OVS or any namespace: a link option the
+        # kernel cannot apply is refused, not left to TCLink's logged errors.
+        try:
+            self.link_options = resolve(spec.kwargs())
+        except (FeatureMissing, LinkOptionError) as err:
+            raise FabricError('%s: %s' % (spec, err)) from err
         self.topo = spec.build()
         self.plan = FabricPlan.from_topo(self.topo)
         self.workdir: Path | None = None    # made once the run lock is ours

@@ -1,7 +1,10 @@
 """Topology specs in Mininet's ``name,key=value`` convention.
 
 ``fattree,k=4,planes=2`` or ``leafspine,leaves=4,spines=4,hosts=2,planes=4``;
-an optional ``bw=<Mbit/s>`` shapes every link.
+an optional ``bw=<Mbit/s>`` shapes every link, ``delay=<ms>`` adds netem
+delay and ``ecn=1`` RED/ECN marking. Whether this kernel can apply the last
+two is decided by `testbed.fabric.link_options` when a fabric is built, not
+here: parsing stays free of side effects and of root.
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ TOPOLOGIES: dict[str, type[Topo]] = {
     'leafspine': MultiPlaneLeafSpine,
 }
 DEFAULT_SPEC = 'fattree,k=4,planes=2'
+DECIMAL_KEYS = ('bw', 'delay')      # Mbit/s, ms
+FLAG_KEYS = ('ecn',)                # 0 or 1
 
 
 class TopoSpecError(ValueError):
@@ -66,13 +71,22 @@ def _parameters(cls: type[Topo]) -> list[str]:
 
 
 def _number(name: str, key: str, value: str) -> float | int:
+    if key in FLAG_KEYS:
+        return _flag(name, key, value)
+    decimal = key in DECIMAL_KEYS
     try:
-        number: float | int = float(value) if key == 'bw' else int(value)
+        number: float | int = float(value) if decimal else int(value)
     except ValueError:
         raise TopoSpecError('%s: %s=%r is not a %s' % (
-            name, key, value, 'number' if key == 'bw' else 'whole number')
+            name, key, value, 'number' if decimal else 'whole number')
         ) from None
     if number <= 0:
         raise TopoSpecError('%s: %s must be positive, got %s'
                             % (name, key, value))
     return number
+
+
+def _flag(name: str, key: str, value: str) -> int:
+    if value not in ('0', '1'):
+        raise TopoSpecError('%s: %s=%r must be 0 or 1' % (name, key, value))
+    return int(value)
