@@ -65,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument('--quick', action='store_true',
                      help="the scenario's short form (its quick: section)")
     run.set_defaults(func=cmd_run)
+    cli = sub.add_parser('cli', help='build a fabric and open Mininet\'s '
+                         'CLI on it, with MRC commands (paths, write, evs, '
+                         'fail, ...)')
+    cli.add_argument('--topo', default=None, metavar='SPEC',
+                     help='e.g. fattree,k=4,planes=2 (the default)')
+    cli.add_argument('--bw', type=float, default=None, metavar='MBIT',
+                     help='shape every link to MBIT Mbit/s')
+    cli.set_defaults(func=cmd_cli)
     clean = sub.add_parser('clean', help='remove everything of ours from '
                            'this machine (after a crash or kill)')
     clean.add_argument('--force', action='store_true',
@@ -175,6 +183,27 @@ def cmd_run(args: argparse.Namespace) -> int:
           'events.jsonl, plots)' % out)
     trusted = all(m['trusted'] for m in summary.values())
     return EXIT_OK if trusted else EXIT_FAILED
+
+
+def cmd_cli(args: argparse.Namespace) -> int:
+    from testbed.fabric.topo_spec import (DEFAULT_SPEC, TopoSpecError,
+                                          parse_topo_spec)
+    text = args.topo or DEFAULT_SPEC     # --bw wins over a bw= in SPEC
+    try:
+        spec = parse_topo_spec(text if args.bw is None
+                               else '%s,bw=%s' % (text, args.bw))
+    except TopoSpecError as err:
+        return _usage_error(str(err))
+    if (code := _need_root('cli')) is not None:
+        return code
+    from testbed.fabric.mrc_cli import run_cli
+    from testbed.fabric.net import FabricError
+    from testbed.fabric.run_lock import FabricBusy
+    try:
+        return run_cli(spec)
+    except (FabricError, FabricBusy) as err:
+        print('mrc-testbed: %s' % err, file=sys.stderr)
+        return EXIT_FAILED
 
 
 def cmd_clean(args: argparse.Namespace) -> int:

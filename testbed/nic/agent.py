@@ -11,7 +11,8 @@ line on stdout, so scenarios and the CLI drive it without sharing memory:
     {"cmd": "create_qp", "transport": "mrc"}            -> {"event": "qp", "info": {..}}
     {"cmd": "connect", "qpn": Q, "remote": {..info..},
      "paths_by_plane": {"1": [carrier, ..]},
-     "pinned_path": [plane, carrier]}                   -> {"event": "connected"}
+     "pinned_path": [plane, carrier],
+     "link_rate_bps": R}                                -> {"event": "connected"}
     {"cmd": "post_recv", "qpn": Q, "wr_id": 7}          -> {"event": "posted"}
     {"cmd": "post_write", "qpn": Q, "size": N, "rkey": R,
      "remote_offset": 0, "imm": 5, "wr_id": 1, "seed": S} -> {"event": "posted", "sha256": ..}
@@ -99,13 +100,18 @@ class Agent:
         return {'event': 'mr', 'rkey': mr.rkey, 'size': len(mr.buf)}
 
     def cmd_create_qp(self, c: dict) -> dict:
-        qp = self.endpoint.create_qp(c.get('transport', 'mrc'))
+        # The emulator's timers (packet and probe timeouts, SKIP target):
+        # the hardware defaults read every emulated path as dead.
+        qp = self.endpoint.create_qp(c.get('transport', 'mrc'),
+                                     config=emulated_qp_attrs()['config'])
         return {'event': 'qp', 'qpn': qp.qpn, 'info': qp.local_info()}
 
     def cmd_connect(self, c: dict) -> dict:
         qp = self.endpoint.qp(int(c['qpn']))
         paths = {int(p): list(v) for p, v in c['paths_by_plane'].items()}
-        attrs = emulated_qp_attrs()
+        # With the rate the QP can reach (planes x shaped link rate), NSCC
+        # keeps shaped queues short; without it only the MPR window bounds.
+        attrs = emulated_qp_attrs(c.get('link_rate_bps'))
         if c.get('pinned_path'):
             attrs['pinned_path'] = (int(c['pinned_path'][0]), c['pinned_path'][1])
         bring_up(qp, c['remote'], paths, **attrs)

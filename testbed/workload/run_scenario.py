@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from testbed.fabric.net import FabricNet
 from testbed.workload import plots
 from testbed.workload.faults import FaultInjector
 from testbed.workload.report import markdown, table
@@ -21,7 +22,10 @@ from testbed.workload.workloads import build_workload
 def run_scenario(scenario: Scenario, results_root: Path,
                  transports: tuple[str, ...] | None = None,
                  quick: bool = False, seed: int | None = None,
-                 progress: Progress = print) -> tuple[Path, dict]:
+                 progress: Progress = print,
+                 fabric: FabricNet | None = None) -> tuple[Path, dict]:
+    """`fabric`: run every transport on this running fabric (the
+    interactive CLI's) instead of a fresh one each."""
     sc = scenario.quick_version() if quick else scenario
     if seed is not None:
         sc = replace(sc, seed=seed)
@@ -38,7 +42,7 @@ def run_scenario(scenario: Scenario, results_root: Path,
             runs.append(runner.execute(
                 lambda plan, rng: build_workload(sc.workload, plan.hosts,
                                                  plan, rng),
-                lambda fab, log: FaultInjector(fab, log)))
+                lambda fab, log: FaultInjector(fab, log), fabric))
     summary = summarise(sc, runs, transports)
     meta = {'started_utc': started, 'quick': quick,
             'machine': '%s, %s, %d cores' % (platform.node(), platform.release(),

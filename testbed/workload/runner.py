@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from contextlib import nullcontext
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -108,9 +109,12 @@ class TransportRunner:
         self._last_total = 0
         self._last_planes: dict[int, int] = {}
 
-    def execute(self, build_workload, make_injector) -> TransportRun:
+    def execute(self, build_workload, make_injector,
+                fabric: FabricNet | None = None) -> TransportRun:
+        """On a fresh fabric, or on `fabric` (running, of the scenario's
+        spec: the interactive CLI's), which is then left running."""
         spec = fabric_spec(self.sc.topology, self.sc.link_rate_mbit)
-        with FabricNet(spec) as fab:
+        with nullcontext(fabric) if fabric else FabricNet(spec) as fab:
             phases = build_workload(fab.plan, self.rng)
             self.run.steps = tuple(getattr(phases, 'steps', ()))
             self.run.plane_bins = {p: [] for p in fab.plan.planes}
