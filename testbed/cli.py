@@ -172,6 +172,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _usage_error(str(err))
     if (code := _need_root('run')) is not None:
         return code
+    from testbed.fabric.link_options import (FeatureMissing, LinkOptionError,
+                                             resolve)
+    from testbed.workload.runner import fabric_spec
+    try:   # what this kernel cannot emulate is refused before anything runs
+        resolve(fabric_spec(scenario.topology, scenario.link_rate_mbit).kwargs())
+    except (FeatureMissing, LinkOptionError) as err:
+        return _usage_error('%s: %s' % (args.scenario, err))
     from testbed.workload.report import table
     from testbed.workload.run_scenario import run_scenario
     transports = tuple(args.transport) if args.transport else None
