@@ -81,3 +81,24 @@ def test_stock_mininet_builds_our_topology():
         in result.stderr
     subprocess.run(['mn', '-c'], capture_output=True, timeout=300)
     assert spotless()
+
+
+def test_controller_listens_on_loopback_only(fabric_factory):
+    fab = fabric_factory('leafspine,leaves=2,spines=1,hosts=1,planes=1')
+    out = subprocess.run(['ss', '-Hltnp'], capture_output=True, text=True).stdout
+    mine = [line for line in out.splitlines()
+            if 'pid=%d,' % fab.controller.pid in line]
+    assert mine, out
+    for line in mine:
+        local = line.split()[3]
+        assert local.startswith('127.0.0.1:'), line
+
+
+def test_commands_that_need_root_say_so(tmp_path):
+    for args in (['verify'], ['run', '--quick'], ['clean'], ['cli']):
+        result = subprocess.run(
+            ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
+             sys.executable, '-m', 'testbed.cli', *args],
+            capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert result.returncode == 2, (args, result.stderr)
+        assert 'needs root' in result.stderr

@@ -41,3 +41,24 @@ def test_signal_mid_scenario_leaves_nothing(sig, code, tmp_path):
     assert proc.returncode == code, err[-2000:]
     left = {k: v for k, v in leftovers().items() if v}
     assert left == {}
+
+
+def test_sigkill_mid_scenario_then_clean_restores_a_spotless_machine(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'testbed.cli', 'run',
+         'scenarios/link_failure_allreduce.yaml', '--quick',
+         '--out', str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        wait_for_fabric()
+        time.sleep(1.5)
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert any(leftovers().values())         # SIGKILL left debris behind
+    clean = subprocess.run([sys.executable, '-m', 'testbed.cli', 'clean'],
+                           capture_output=True, text=True, cwd=REPO)
+    assert clean.returncode == 0, clean.stderr
+    assert {k: v for k, v in leftovers().items() if v} == {}
