@@ -568,10 +568,10 @@ class Requester:
             return
         record = window.records.get(window.una)
         if record is not None and not record.rtx_pending:
-            if record.counted:
-                self._cc.on_loss(record.length, now)
-                record.counted = False
-            self._queue_retransmit(record)
+            # A timeout like the packet timer's, only sooner when little is in flight: the
+            # oldest packet's EV is demoted too, or a dead EV keeps its GOOD state (its packet
+            # timer finds the packet resent) and keeps swallowing packets.
+            self._on_silent_loss(now, record)
 
     # ------------------------------------------------------------------------- teardown, stats
 

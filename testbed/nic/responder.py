@@ -55,6 +55,7 @@ _NONE, _SKIP_ONCE, _ALWAYS_SKIP = Verdict.NONE, Verdict.SKIP_ONCE, Verdict.ALWAY
 _NEW, _DUPLICATE = Arrival.NEW, Arrival.DUPLICATE
 _TRIM_NONE = Trim.NONE
 _PLACED = PlacementResult.OK
+_SACK_ROUTE_MEMORY = 4096     # SACK triggers whose reverse route is remembered
 # Outgoing(...) goes through the NamedTuple's Python-level __new__; building the tuple directly
 # gives the very same object for about half the cost, once per SACK.
 _new_tuple = tuple.__new__
@@ -101,6 +102,7 @@ class Responder:
         self._rq_released = 0                   # RQMSN of the next immediate to release
         self._min_age_us: int | None = None
         self._skip_streaks: dict[int, int] = {}
+        self._sacked_on: dict[int, FixedRoute] = {}    # trigger index -> its SACK's route
         target = config.skip_queueing_target_s
         self._target_us = None if target is None else int(target * 1e6)
 
@@ -118,6 +120,7 @@ class Responder:
             self._accept(now, pkt, index, ev_id, ecn)
         elif arrival is _DUPLICATE:
             self._counters.duplicates_received += 1
+            self._replace_reverse_of(index)
             self._sack_now(now, pkt, index, ev_id, self._verdict(now, pkt.tx_timestamp, ev_id, ecn))
         else:
             self._nack(pkt, NackReason.PSN_OOR_WINDOW, ev_id)
@@ -290,11 +293,28 @@ class Responder:
         feedback, next_route, peer = self._feedback, self._reverse.next, self._peer_addr
         while feedback and sent < budget:
             kind, fields = feedback.popleft()
-            data = self._encode_sack(now, fields) if kind == _SACK else self._encode_nack(fields)
             route = next_route()
+            if kind == _SACK:
+                data = self._encode_sack(now, fields)
+                self._remember_sack_route(fields[0], route)
+            else:
+                data = self._encode_nack(fields)
             out.append(_new_tuple(Outgoing, (route.path, route.plane, route.ev_id, data, peer)))
             sent += 1
         return sent
+
+    def _remember_sack_route(self, index: int, route: FixedRoute) -> None:
+        sacked_on = self._sacked_on
+        sacked_on[index] = route
+        if len(sacked_on) > _SACK_ROUTE_MEMORY:
+            del sacked_on[next(iter(sacked_on))]
+
+    def _replace_reverse_of(self, index: int) -> None:
+        """A duplicate of a PSN whose SACK we sent: the requester timed it out, so that SACK
+        never arrived in time; its reverse path is likely dead (or badly queued): swap it."""
+        route = self._sacked_on.pop(index, None)
+        if route is not None and self._reverse.replace(route):
+            self._counters.reverse_routes_replaced += 1
 
     def _encode_sack(self, now: float, trigger: tuple) -> bytes:
         index, trigger_psn, ev_id, ts, arrived, verdict, probe_reply = trigger

@@ -99,15 +99,27 @@ class ReverseRoutes:
     consecutive SACKs leave on different planes, and a dead reverse path loses only every
     (planes x per_plane)-th feedback packet; every SACK is cumulative, so the next one repairs
     the loss.
+
+    Cumulative repair fails when few packets are in flight: with a window of one packet, a
+    SACK lost on a dead reverse path costs a packet timeout every time its slot comes round,
+    and the requester's window never regrows. So the responder replaces a reverse path once
+    it has evidence its SACK did not arrive (`replace`), with another path of the same plane
+    from `pool` [reference E13: "break the current reverse path => responder switches
+    reverse EV; no timeout storm"].
     """
 
-    __slots__ = ("_routes", "_cursor")
+    __slots__ = ("_routes", "_cursor", "_pool", "_rng", "replaced")
 
-    def __init__(self, routes: Sequence[FixedRoute]) -> None:
+    def __init__(self, routes: Sequence[FixedRoute],
+                 pool: Mapping[int, Sequence[Any]] | None = None,
+                 rng: random.Random | None = None) -> None:
         if not routes:
             raise ValueError("a reverse route set needs at least one route")
         self._routes = list(routes)
         self._cursor = 0
+        self._pool = {plane: list(dict.fromkeys(paths)) for plane, paths in (pool or {}).items()}
+        self._rng = rng or random.Random(0)
+        self.replaced = 0
 
     @classmethod
     def sampled(cls, paths_by_plane: Mapping[int, Sequence[Any]], per_plane: int,
@@ -121,7 +133,21 @@ class ReverseRoutes:
                        for routes in per_plane_routes if rank < len(routes)
                        for pair in (routes[rank],)]
         return cls([FixedRoute(REVERSE_EV_BASE + i, plane, path)
-                    for i, (plane, path) in enumerate(interleaved)])
+                    for i, (plane, path) in enumerate(interleaved)], paths_by_plane, rng)
+
+    def replace(self, route: FixedRoute) -> bool:
+        """Put another path of `route`'s plane, not in the rotation, in its slot (same EV id);
+        False when there is none (a pinned route, or every path of the plane in use)."""
+        if route not in self._routes:
+            return False                        # replaced already
+        in_use = {r.path for r in self._routes if r.plane == route.plane}
+        spare = [p for p in self._pool.get(route.plane, ()) if p not in in_use]
+        if not spare:
+            return False
+        self._routes[self._routes.index(route)] = FixedRoute(
+            route.ev_id, route.plane, self._rng.choice(spare))
+        self.replaced += 1
+        return True
 
     def next(self) -> FixedRoute:
         route = self._routes[self._cursor]

@@ -40,16 +40,19 @@ def smoothed(series: Sequence[float], bin_s: float,
 
 
 def recovery_time(goodput: Sequence[float], bin_s: float, fault_s: float,
-                  end_s: float | None = None) -> float | None:
-    """Seconds from a fault until smoothed goodput is back to 90% of its
-    level in the second before it; None if it never came back (or there
-    was no traffic before the fault to compare with)."""
+                  end_s: float | None = None,
+                  fraction: float = RECOVERED_FRACTION) -> float | None:
+    """Seconds from a fault until smoothed goodput is back to `fraction`
+    (90%) of its level in the second before it; None if it never came back
+    (or there was no traffic before the fault to compare with). A fault
+    that takes capacity away for good (a NIC port) passes a lower
+    `fraction`: what is left of the level."""
     curve = smoothed(goodput, bin_s)
     first = int(fault_s / bin_s)
     before = curve[max(0, first - int(PRE_FAULT_WINDOW_S / bin_s)):first]
     if not before or sum(before) == 0:
         return None
-    level = RECOVERED_FRACTION * sum(before) / len(before)
+    level = fraction * sum(before) / len(before)
     last = len(curve) if end_s is None else min(len(curve), int(end_s / bin_s))
     i = first
     while i < last and curve[i] >= level:     # not (yet) hurt by the fault

@@ -79,6 +79,65 @@ def test_dead_reverse_path_does_not_silence_the_qp() -> None:
     assert set(used) == {1, 2}                     # feedback alternates planes
 
 
+def test_dead_reverse_path_is_replaced_when_little_is_in_flight() -> None:
+    """E13 with a window of one packet: cumulative repair cannot hide a lost SACK, so the
+    responder learns from the duplicate and swaps the dead reverse path for another one."""
+    pair = make_pair(mr_size=1 << 20, mpr=1, max_wimm=1)
+    reverse = pair.qb.responder.reverse_routes
+    dead = {r.path for r in reverse.routes if r.plane == 2}
+    writes = [payload(P, seed=i) for i in range(40)]
+    loop = Loopback([pair.a, pair.b], rate_bps=1e9)
+    for path in dead:
+        loop.kill_path(path)
+    for i, data in enumerate(writes):     # one packet at a time: each SACK stands alone
+        pair.qa.post_write(data, 0, RKEY, wr_id=i)
+        loop.run(stop=done(pair.a))
+        assert [wc.ok for wc in pair.a.poll_cq()] == [True]
+        assert pair.mr.buf[:P] == data
+    assert pair.qb.counters.reverse_routes_replaced >= 1
+    assert not dead & {r.path for r in reverse.routes}
+    timeouts = pair.qa.counters.packet_timeouts + pair.qa.counters.retry_timeouts
+    assert timeouts <= 8                          # a few per dead route, not one per write
+
+
+def test_retry_timer_demotes_the_ev_it_times_out() -> None:
+    """With one packet in flight the QP's retry timer fires before the per-packet timer: the
+    EV the lost packet went on must be demoted all the same, so each dead EV swallows at most
+    one packet instead of one per rotation."""
+    from testbed.nic.transport_config import TransportConfig
+    pair = make_pair(mr_size=1 << 20, mpr=1, max_wimm=1,
+                     config=TransportConfig(packet_timeout_s=50e-3))
+    dead = pair.paths_ab[1][0]
+    on_dead = [ev.ev_id for ev in pair.qa.ev_table.active_evs() if ev.path == dead]
+    loop = Loopback([pair.a, pair.b], rate_bps=1e9)
+    trace = Trace().attach(loop)
+    loop.kill_path(dead)
+    for i in range(80):
+        data = payload(P, seed=i)
+        pair.qa.post_write(data, 0, RKEY, wr_id=i)
+        loop.run(stop=done(pair.a))
+        assert [wc.ok for wc in pair.a.poll_cq()] == [True]
+        assert pair.mr.buf[:P] == data
+    lost = [d for d in trace.data if d.src == "A" and d.path == dead]
+    assert pair.qa.counters.retry_timeouts > 0
+    assert len(lost) <= len(on_dead)
+    assert all(pair.qa.ev_table.ev(e).state is EvState.ASSUMED_BAD
+               for e in {d.ev_id for d in lost})
+
+
+def test_reverse_route_replacement_stays_on_its_plane() -> None:
+    import random
+    routes = ReverseRoutes.sampled({1: ["a", "b", "c"], 2: ["d", "e"]}, 1, random.Random(1))
+    first = routes.routes[0]
+    assert routes.replace(first)
+    new = routes.routes[0]
+    assert new.plane == first.plane and new.ev_id == first.ev_id and new.path != first.path
+    assert not routes.replace(first)              # already gone
+    assert not routes.replace(routes.routes[1]) or routes.routes[1].plane == 2
+    pinned = ReverseRoutes(routes.routes[:1])     # no pool: nothing to swap in
+    assert not pinned.replace(pinned.routes[0])
+
+
 def test_reverse_routes_interleave_planes() -> None:
     import random
     routes = ReverseRoutes.sampled({1: ["a", "b", "c"], 2: ["d", "e"], 3: ["f"]}, 2,

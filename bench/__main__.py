@@ -1,0 +1,94 @@
+"""`mrc-testbed bench` / `python -m bench`: run the benchmark sections and
+write BENCHMARKS.md with their tables and plots.
+
+    mrc-testbed bench                          # everything, ~35 min
+    mrc-testbed bench --sections failover      # one section
+    mrc-testbed bench --quick --out /tmp/b     # the smoke version (~3 min)
+
+A full run rewrites BENCHMARKS.md at the repository root and the plots in
+docs/images/; raw per-trial data go to results/bench/<UTC stamp>/. Sections
+that are not run keep nothing: run them all to publish.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from bench import failover, incast, load_balance, random_loss, emulator_scale
+from bench.harness import BenchContext, SectionResult
+from bench.report import write_report
+from testbed.workload.results import new_results_dir
+
+REPO = Path(__file__).resolve().parents[1]
+SECTIONS = {m.KEY: m for m in (load_balance, failover, random_loss, incast,
+                               emulator_scale)}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog='mrc-testbed bench', description=__doc__.split('\n\n')[0])
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--sections', type=sections, default=list(SECTIONS),
+                        help='comma-separated, from: %s (default: all)'
+                        % ', '.join(SECTIONS))
+    parser.add_argument('--quick', action='store_true',
+                        help='the smoke version: one repetition, small '
+                        'transfers, a few trials; figures not for publishing')
+    parser.add_argument('--out', type=Path, default=None,
+                        help='directory for BENCHMARKS.md and its plots '
+                        '(default: the repository, for a full run; '
+                        'required with --quick)')
+
+
+def sections(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(',') if s.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            'unknown section %s (choose from %s)' % (
+                ', '.join(map(repr, unknown)) or "''", ', '.join(SECTIONS)))
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.quick and args.out is None:
+        print('--quick figures are not for publishing: give --out DIR',
+              file=sys.stderr)
+        return 2
+    out = args.out or REPO
+    images = out / 'docs' / 'images' if args.out is None else out / 'images'
+    out.mkdir(parents=True, exist_ok=True)
+    raw = new_results_dir(out / 'results' if args.out else REPO / 'results',
+                          'bench')
+    ctx = BenchContext(args.quick, out, images)
+    started = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
+    results: list[SectionResult] = []
+    for key in args.sections:
+        ctx.say(key, 'starting')
+        t0 = time.monotonic()
+        result = SECTIONS[key].run(ctx)
+        result.seconds = time.monotonic() - t0
+        results.append(result)
+        (raw / ('%s.json' % key)).write_text(json.dumps(
+            result.data, indent=1, default=str))
+        ctx.say(key, 'done in %.0f s' % result.seconds)
+    report = write_report(out / 'BENCHMARKS.md', results, started, args,
+                          raw.relative_to(out) if raw.is_relative_to(out)
+                          else raw)
+    ctx.say('bench', 'wrote %s and %s' % (report, raw))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(argv))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

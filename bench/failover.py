@@ -1,0 +1,317 @@
+"""Section 2, failover: a long transfer h1 -> h16 across the core of a
+2-plane k=4 fat-tree; during it, at a random time, one failure on a path
+the transfer is using. How long until its goodput is back, and how many
+bytes were sent twice: MRC vs RC vs kernel TCP.
+
+The failed element is drawn when the failure happens, from what that
+transport's transfer runs on: any link of any of MRC's paths (it sprays
+over all of them), the one path an RC QP or a TCP connection is pinned to.
+A failure that misses a single-path transfer measures nothing, so none is
+drawn that way. Links and core switches come back after `OUTAGE_S` (a
+flap, a reboot); a lost NIC port stays lost.
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass
+
+from bench import charts
+from bench.harness import (BenchContext, SectionResult, Trial, goodput_mbps,
+                           md_table, rejected_note, retried_note, run_trial,
+                           scenario, spread)
+from testbed.fabric.net import FabricNet
+from testbed.workload.endpoint_flows import EndpointFlows
+from testbed.workload.faults import FaultInjector
+from testbed.workload.metrics import RECOVERED_FRACTION, percentile, recovery_time
+from testbed.workload.runner import BIN_S, fabric_spec
+
+KEY = 'failover'
+TOPOLOGY = 'fattree,k=4,planes=2'
+RATE_MBIT = 10.0
+SRC, DST = 'h1', 'h16'
+TRANSPORTS = ('mrc', 'rc', 'tcp')
+OUTAGE_S = 2.0
+TRIAL_S = 8.0
+SIZE_MB = 25                 # more than any transport moves in TRIAL_S
+# (kind, its undo or None, how many in a full run, in a quick one)
+FAILURES = (('link_down', 'link_up', 20, 2),
+            ('switch_down', 'switch_up', 3, 0),
+            ('nic_port_down', None, 3, 1))
+NAMES = {'link_down': 'link failure', 'switch_down': 'core switch reboot',
+         'nic_port_down': 'NIC port loss'}
+# Any valid target: the scenario parser wants one; PathTargetedFaults
+# replaces it with one on the transfer's own paths.
+PLACEHOLDER = {'link_down': {'link': ['p1e0x0', 'p1a0x0']},
+               'switch_down': {'switch': 'p1c0'},
+               'nic_port_down': {'host': SRC, 'plane': 1}}
+
+
+class PathTargetedFaults:
+    """A FaultInjector whose failures hit what the transfer is using, drawn
+    when they happen; their undo restores the same element."""
+
+    def __init__(self, inner: FaultInjector, runner, rng: random.Random) -> None:
+        self.inner, self.runner, self.rng = inner, runner, rng
+        self.plan = inner.plan
+        self.target: dict = {}
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def apply(self, kind: str, **_placeholder) -> dict | list:
+        if kind in ('link_up', 'switch_up', 'nic_port_up'):
+            return self.inner.apply(kind, **self.target)
+        paths = self.used_paths()
+        if kind == 'link_down':
+            links = sorted({tuple(sorted(h)) for p in paths for h in p.hops()})
+            a, b = self.rng.choice(links)
+            self.target = {'a': a, 'b': b}
+        elif kind == 'switch_down':
+            cores = sorted({s for p in paths for s in p.switches
+                            if self.plan.switches[s].tier == 'core'})
+            self.target = {'name': self.rng.choice(cores)}
+        else:
+            self.target = {'host': SRC, 'plane': self.rng.choice(
+                sorted({p.plane for p in paths}))}
+        return self.inner.apply(kind, **self.target)
+
+    def used_paths(self):
+        start = next(e for e in self.runner.run.events
+                     if e.get('event') == 'flow_start')
+        every = self.plan.all_paths(SRC, DST)
+        pinned = start.get('pinned_path')
+        if pinned:
+            return [p for p in every if p.carrier == pinned['path']]
+        carriers = set((start.get('paths') or {}).values())
+        return [p for p in every if p.carrier in carriers] if carriers \
+            else every
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str
+    undo: str | None
+    index: int
+    at: float
+
+    @property
+    def faults(self) -> list[dict]:
+        out = [dict(type=self.kind, at=self.at, **PLACEHOLDER[self.kind])]
+        if self.undo:
+            out.append(dict(type=self.undo, at=self.at + OUTAGE_S,
+                            **{k: v for k, v in PLACEHOLDER[self.kind].items()}))
+        return out
+
+    @property
+    def capacity_left(self) -> float:
+        """Of the transfer's NIC capacity, once it has moved away."""
+        return 0.5 if self.kind == 'nic_port_down' else 1.0
+
+
+def run(ctx: BenchContext) -> SectionResult:
+    failures = plan_failures(ctx)
+    trials: list[Trial] = []
+    with FabricNet(fabric_spec(TOPOLOGY, RATE_MBIT)) as fab:
+        rtt = base_rtt(fab)
+        ctx.say(KEY, 'base RTT h1 -> h16 (1 KB MRC write, idle): %.1f ms'
+                % (rtt * 1e3))
+        for n, failure in enumerate(failures, 1):
+            for transport in TRANSPORTS:
+                trials.append(one(ctx, fab, failure, transport, rtt))
+                t = trials[-1]
+                ctx.say(KEY, '%d/%d %s, %s on %s: %s' % (
+                    n, len(failures), NAMES[failure.kind], transport,
+                    target_text(t), rec_text(t.values['recovery_s'])))
+    return SectionResult(KEY, 'Failover', report(ctx, trials, rtt),
+                         {'base_rtt_s': rtt, 'trials': [summary(t) for t in trials]})
+
+
+def plan_failures(ctx: BenchContext) -> list[Failure]:
+    rng = random.Random('failover-times')
+    out = []
+    for kind, undo, full, quick in FAILURES:
+        for i in range(quick if ctx.quick else full):
+            out.append(Failure(kind, undo, i, round(rng.uniform(1.5, 2.5), 3)))
+    return out
+
+
+def one(ctx: BenchContext, fab, failure: Failure, transport: str,
+        rtt: float) -> Trial:
+    sc = scenario('bench-failover', TOPOLOGY, RATE_MBIT, {
+        'type': 'point_to_point', 'src': SRC, 'dst': DST, 'size_mb': SIZE_MB},
+        duration_s=TRIAL_S if not ctx.quick else 5.0, faults=failure.faults,
+        seed=7)
+    # the same draw for every transport of this failure: its own paths
+    rng = random.Random('%s/%d' % (failure.kind, failure.index))
+    trial = run_trial(ctx, KEY, fab, sc, transport, NAMES[failure.kind],
+                      failure.index, lambda f, log, runner: PathTargetedFaults(
+                          FaultInjector(f, log), runner, random.Random(
+                              rng.random())))
+    measure(trial, failure, rtt, fab.plan)
+    return trial
+
+
+def measure(trial: Trial, failure: Failure, rtt: float, plan) -> None:
+    run = trial.run
+    rec = recovery_time(goodput_mbps(run), BIN_S, failure.at, None,
+                        RECOVERED_FRACTION * failure.capacity_left)
+    flow = run.flows[0]
+    target = next(({k: e[k] for k in ('a', 'b', 'name', 'host', 'plane')
+                    if k in e} for e in run.events
+                   if e.get('fault') == failure.kind), None)
+    trial.values.update(
+        kind=failure.kind, at_s=failure.at, target=target,
+        recovery_s=rec, recovery_rtts=None if rec is None else rec / rtt,
+        kept=kept(goodput_mbps(run), failure),
+        bypass_s=bypass(run, failure, target, plan),
+        retransmitted_bytes=run.retransmitted_bytes,
+        qp_error=flow.error if flow.status == 'failed' else None,
+        delivered_mb=flow.delivered / 1e6)
+
+
+def kept(goodput: list[float], failure: Failure) -> float | None:
+    """Goodput while the failure lasts (after its first 0.5 s) over the
+    second before it."""
+    def mean(a: float, b: float) -> float:
+        part = goodput[int(a / BIN_S):int(b / BIN_S)]
+        return sum(part) / len(part) if part else 0.0
+    end = failure.at + OUTAGE_S if failure.undo else len(goodput) * BIN_S
+    before = mean(failure.at - 1, failure.at)
+    return mean(failure.at + 0.5, end) / before if before else None
+
+
+def bypass(run, failure: Failure, target: dict | None, plan) -> float | None:
+    """MRC only: from the failure until the last EV whose path crosses the
+    failed element was taken out of the rotation (ASSUMED_BAD), while the
+    failure lasted: the emulated counterpart of the paper's bypass time."""
+    if not target:
+        return None
+    def hit(path) -> bool:
+        if 'a' in target:
+            return frozenset((target['a'], target['b'])) in path.hops()
+        if 'name' in target:
+            return target['name'] in path.switches
+        return path.plane == target['plane']
+    dead = {p.carrier for p in plan.all_paths(SRC, DST) if hit(p)}
+    end = failure.at + OUTAGE_S if failure.undo else math.inf
+    times = [e['t'] for e in run.events if e.get('event') == 'ev_state'
+             and e['path'] in dead and e['new'] == 'ASSUMED_BAD'
+             and failure.at <= e['t'] < end]
+    return max(times) - failure.at if times else None
+
+
+def base_rtt(fab, samples: int = 30) -> float:
+    """Median time from posting a 1 KB MRC write to its completion on the
+    idle fabric: one round trip through the emulator and both endpoints."""
+    flows = EndpointFlows(fab, 'mrc', RATE_MBIT * 1e6, seed=1)
+    try:
+        flows.prepare([(SRC, DST, 1000)])
+        times = []
+        for i in range(samples + 3):
+            t0 = time.monotonic()
+            flows.start(i, SRC, DST, 1000)
+            while flows.status(i) == 'running' and time.monotonic() - t0 < 1:
+                flows.poll()
+            if flows.status(i) == 'done' and i >= 3:     # 3 to warm up
+                times.append(time.monotonic() - t0)
+        return statistics.median(times)
+    finally:
+        flows.close()
+
+
+def summary(t: Trial) -> dict:
+    return {'transport': t.transport, 'failure': t.condition,
+            'index': t.rep, 'trusted': t.trusted, 'attempts': t.attempts,
+            'health': t.health, **t.values}
+
+
+def target_text(t: Trial) -> str:
+    target = t.values.get('target') or {}
+    if 'a' in target:
+        return '%s-%s' % (target['a'], target['b'])
+    if 'name' in target:
+        return target['name']
+    return '%s plane %s' % (target.get('host'), target.get('plane'))
+
+
+def rec_text(value: float | None, rtt: float | None = None) -> str:
+    if value is None:
+        return 'never'
+    if rtt:
+        return '%.0f ms (%.0f RTT)' % (value * 1e3, value / rtt)
+    return '%.0f ms' % (value * 1e3)
+
+
+def distribution(trials: list[Trial], rtt: float) -> list[str]:
+    """never counts as infinitely long: it sorts last."""
+    values = [t.values['recovery_s'] for t in trials]
+    finite = [math.inf if v is None else v for v in values]
+    cells = []
+    for q in (50, 99, 100):
+        v = percentile(finite, q)
+        cells.append('never' if v is None or math.isinf(v) else
+                     rec_text(v, rtt))
+    return cells
+
+
+def bypass_text(trials: list[Trial], rtt: float) -> str:
+    values = [t.values['bypass_s'] for t in trials
+              if t.values.get('bypass_s') is not None]
+    if not values:
+        return '—'
+    return '%s / %s' % (rec_text(statistics.median(values), rtt),
+                        rec_text(max(values), rtt))
+
+
+def report(ctx: BenchContext, trials: list[Trial], rtt: float) -> str:
+    trusted = [t for t in trials if t.trusted]
+    rows, curves = [], {}
+    for kind in dict.fromkeys(t.values['kind'] for t in trials):
+        for transport in TRANSPORTS:
+            mine = [t for t in trusted if t.values['kind'] == kind
+                    and t.transport == transport]
+            if not mine:
+                continue
+            never = sum(t.values['recovery_s'] is None for t in mine)
+            rtx = [t.values['retransmitted_bytes'] for t in mine]
+            errors = sum(t.values['qp_error'] is not None for t in mine)
+            rows.append([NAMES[kind], transport, len(mine)] +
+                        distribution(mine, rtt) +
+                        ['%d' % never, spread(mine, 'kept').text('%.0f', 100, '%'),
+                         bypass_text(mine, rtt),
+                         '%.2f MB' % (statistics.median(rtx) / 1e6),
+                         '%.2f MB' % (max(rtx) / 1e6), errors])
+            if kind == 'link_down':
+                curves[transport] = [999.0 if t.values['recovery_s'] is None
+                                     else t.values['recovery_s'] for t in mine]
+    image = charts.cdfs(ctx.images / 'bench_failover.png', curves,
+                        'recovery time, s (never = 999)', 'Recovery after '
+                        'a link failure on the transfer\'s path(s)', log=True)
+    return '\n\n'.join([
+        '```sh\nmrc-testbed bench --sections %s\n```' % KEY,
+        'One transfer %s -> %s (%g MB, more than any transport finishes in '
+        'the %g s trial) on `%s` at %g Mbit/s per link; the failure at a '
+        'random time 1.5–2.5 s in (drawn once per failure, the same for '
+        'every transport). Links and core switches come back after %g s; a '
+        'NIC port stays lost. Base RTT: **%.1f ms** (median post-to-'
+        'completion of a 1 KB MRC write on the idle fabric). %s%s.' % (
+            SRC, DST, SIZE_MB, TRIAL_S, TOPOLOGY, RATE_MBIT, OUTAGE_S,
+            rtt * 1e3, rejected_note(trials), retried_note(trials)),
+        '*Recovery*: from the failure until goodput (10 ms bins, 100 ms '
+        'moving average) is back to 90% of its level in the second before '
+        '(after a NIC port loss: 90% of the half that is left); *never*: '
+        'not by the end of the trial; 0 ms: goodput never fell below that '
+        'level (the 100 ms average puts a floor of a few tens of ms under '
+        'any dip that is seen at all). *Goodput kept*: mean goodput from '
+        '0.5 s after the failure until it ends, over the second before. '
+        '*MRC bypass*: from the failure until the last entropy value whose '
+        'path crosses the failed element was taken out of the rotation '
+        '(ASSUMED_BAD), the counterpart of the paper\'s bypass time.',
+        md_table(['failure', 'transport', 'n', 'recovery p50', 'p99', 'max',
+                  'never', 'goodput kept during the failure', 'MRC bypass '
+                  'p50 / max', 'retransmitted (median)', 'retransmitted (max)',
+                  'QP/conn. errors'], rows),
+        '![failover](%s)' % ctx.link(image)])

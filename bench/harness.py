@@ -1,0 +1,206 @@
+"""What every benchmark section shares: trials on a running fabric, the
+emulator-health gate, repetitions and their spread.
+
+A *trial* is one transport running one scenario once, through the same
+`TransportRunner` that `mrc-testbed run` uses, on a fabric the section built
+once and reuses (faults are undone after every trial). A trial taken while
+the emulator was saturated (CPU, lost upcalls) is run again, up to
+`MAX_ATTEMPTS` times; one that never ran clean is kept as *rejected* and
+reported as such, never as a number.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.workload.faults import FaultInjector
+from testbed.workload.runner import BIN_S, TransportRun, TransportRunner
+from testbed.workload.scenario import Scenario, parse_scenario
+from testbed.workload.workloads import build_workload
+
+MAX_ATTEMPTS = 3
+SETTLE_S = 0.5          # queues drain between trials on a reused fabric
+Progress = Callable[[str], None]
+InjectorFactory = Callable[[Any, Callable, TransportRunner], Any]
+
+
+@dataclass
+class BenchContext:
+    """Where a bench run writes, how hard it tries, how it talks."""
+    quick: bool
+    report_dir: Path             # where BENCHMARKS.md goes
+    images: Path                 # plots, linked from the report
+    progress: Progress = print
+    started: float = field(default_factory=time.monotonic)
+
+    def link(self, image: Path) -> str:
+        return str(Path(image).resolve().relative_to(self.report_dir.resolve()))
+
+    @property
+    def reps(self) -> int:
+        return 1 if self.quick else 3
+
+    def say(self, section: str, message: str) -> None:
+        self.progress('[%5.0f s] %-12s %s' % (
+            time.monotonic() - self.started, section, message))
+
+
+@dataclass
+class Trial:
+    """One transport, one condition, one repetition: what it measured."""
+    transport: str
+    condition: str
+    rep: int
+    run: TransportRun
+    attempts: int
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def health(self) -> dict:
+        return self.run.health
+
+    @property
+    def trusted(self) -> bool:
+        return bool(self.run.health.get('trusted'))
+
+    @property
+    def rejected(self) -> str | None:
+        if self.trusted:
+            return None
+        return '; '.join(self.run.health.get('reasons', [])) or 'untrusted'
+
+
+def scenario(name: str, topology: str, rate_mbit: float, workload: dict,
+             duration_s: float, faults: Sequence[dict] = (),
+             seed: int = 1) -> Scenario:
+    """A scenario built in code, validated exactly like a YAML file."""
+    return parse_scenario({
+        'name': name, 'topology': topology, 'link_rate_mbit': rate_mbit,
+        'transports': ['mrc'], 'workload': workload, 'faults': list(faults),
+        'duration_s': duration_s, 'seed': seed}, '.', source='bench:' + name)
+
+
+def run_trial(ctx: BenchContext, section: str, fab, sc: Scenario,
+              transport: str, condition: str, rep: int,
+              injector: InjectorFactory | None = None) -> Trial:
+    """Run until the emulator kept up (or MAX_ATTEMPTS), on `fab`."""
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        runner = TransportRunner(sc, transport, rep, lambda _m: None)
+        make = (lambda f, log: injector(f, log, runner)) if injector else \
+            (lambda f, log: FaultInjector(f, log))
+        run = runner.execute(
+            lambda plan, rng: build_workload(sc.workload, plan.hosts, plan,
+                                             rng), make, fab)
+        time.sleep(SETTLE_S)
+        trial = Trial(transport, condition, rep, run, attempt)
+        if trial.trusted or not run.health.get('saturated'):
+            return trial
+        ctx.say(section, '%s %s rep %d: emulator saturated (%s), again' % (
+            transport, condition, rep + 1, trial.rejected))
+    return trial
+
+
+def goodput_mbps(run: TransportRun) -> list[float]:
+    return [b * 8 / BIN_S / 1e6 for b in run.goodput_bins]
+
+
+def delivered(run: TransportRun, label: str | None = None) -> int:
+    return sum(f.delivered for f in run.flows
+               if label is None or f.label == label)
+
+
+def throughput_mbps(run: TransportRun, label: str | None = None) -> float:
+    """Payload bits over the time the flows were running (until the last
+    one finished, or the trial ended)."""
+    flows = [f for f in run.flows if label is None or f.label == label]
+    starts = [f.started for f in flows if f.started is not None]
+    if not starts:
+        return 0.0
+    ends = [f.finished if f.finished is not None else run.elapsed_s
+            for f in flows]
+    span = max(ends) - min(starts)
+    return delivered(run, label) * 8 / max(span, 1e-9) / 1e6
+
+
+# -- repetitions and their spread ------------------------------------------
+
+@dataclass(frozen=True)
+class Spread:
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.values) if self.values else None
+
+    def text(self, fmt: str = '%.1f', scale: float = 1.0,
+             unit: str = '') -> str:
+        """`median (min–max)`, or `—` without trusted values."""
+        if not self.values:
+            return '—'
+        lo, hi = min(self.values), max(self.values)
+        mid = fmt % (self.median * scale) + unit
+        if len(self.values) == 1 or fmt % (lo * scale) == fmt % (hi * scale):
+            return mid
+        return '%s (%s–%s)' % (mid, fmt % (lo * scale), fmt % (hi * scale))
+
+
+def spread(trials: Iterable[Trial], key: str) -> Spread:
+    """A value over the trusted trials that have it."""
+    return Spread(tuple(t.values[key] for t in trials
+                        if t.trusted and t.values.get(key) is not None))
+
+
+def side_by_side(trials: Sequence[Trial], key: str, of: str = 'mrc') -> str:
+    """`of` over every other transport, repetition by repetition (the same
+    permutation, seed and fault times), as `median (min–max)`."""
+    mine = {t.rep: t.values.get(key) for t in trials
+            if t.transport == of and t.trusted}
+    parts = []
+    for base in dict.fromkeys(t.transport for t in trials if t.transport != of):
+        pairs = tuple(mine[t.rep] / t.values[key] for t in trials
+                      if t.transport == base and t.trusted and
+                      mine.get(t.rep) is not None and t.values.get(key))
+        if pairs:
+            parts.append('%s / %s = %s' % (of.upper(), base.upper(),
+                                           Spread(pairs).text('%.2f', unit='×')))
+    return ', '.join(parts) or 'no trusted pair'
+
+
+def rejected_note(trials: Sequence[Trial]) -> str:
+    bad = [t for t in trials if not t.trusted]
+    if not bad:
+        return 'every trial ran on an emulator that kept up'
+    return '%d of %d trials rejected (%s)' % (
+        len(bad), len(trials), '; '.join(sorted({t.rejected or '' for t in bad})))
+
+
+def retried_note(trials: Sequence[Trial]) -> str:
+    again = sum(t.attempts - 1 for t in trials)
+    return '' if not again else ' (%d trial%s re-run after a saturated ' \
+        'attempt)' % (again, 's' if again > 1 else '')
+
+
+def seeded(section: str, rep: int) -> random.Random:
+    return random.Random('%s/%d' % (section, rep))
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ['| ' + ' | '.join(header) + ' |',
+             '|' + '---|' * len(header)]
+    lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
+    return '\n'.join(lines)
+
+
+@dataclass
+class SectionResult:
+    """What one section hands the report: markdown and raw data."""
+    key: str
+    title: str
+    markdown: str
+    data: dict
+    seconds: float = 0.0

@@ -1,0 +1,135 @@
+"""Section 1, load balance: permutation traffic on a fat-tree, achieved
+goodput as a fraction of the ideal, per transport.
+
+Two fabrics, each offered 80 Mbit/s at 5 Mbit/s per link:
+- one plane, all 16 hosts: a single-path transport loses only to hash
+  collisions (two flows on one core link), the effect behind the
+  announced "about 60% to 92%" utilisation;
+- two planes, the 8 hosts of pods 0 and 2: a single-path QP also uses only
+  one of its host's two NIC ports.
+Every flow crosses the core; the fat-tree is non-blocking, so the ideal is
+every sender at its NIC's full rate (planes x link rate).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench import charts
+from bench.harness import (BenchContext, SectionResult, Trial, md_table,
+                           rejected_note, retried_note, run_trial, scenario,
+                           side_by_side, spread)
+from testbed.fabric.net import FabricNet
+from testbed.workload.runner import fabric_spec
+
+KEY = 'load_balance'
+RATE_MBIT = 5.0
+TRANSPORTS = ('mrc', 'ecmp', 'rc', 'tcp', 'mptcp')
+MRC_PAYLOAD_CEILING = 1368 / 1510      # payload per full MRC frame
+PODS_0_AND_2 = ['h1', 'h2', 'h3', 'h4', 'h9', 'h10', 'h11', 'h12']
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    topology: str
+    hosts: tuple[str, ...]
+
+    @property
+    def planes(self) -> int:
+        return int(self.topology.split('planes=')[1])
+
+
+VARIANTS = (
+    Variant('1 plane, 16 hosts', 'fattree,k=4,planes=1',
+            tuple('h%d' % n for n in range(1, 17))),
+    Variant('2 planes, 8 hosts', 'fattree,k=4,planes=2', tuple(PODS_0_AND_2)),
+)
+
+
+def run(ctx: BenchContext) -> SectionResult:
+    size_mb = 0.3 if ctx.quick else 2.0
+    variants = VARIANTS[1:] if ctx.quick else VARIANTS
+    transports = ('mrc', 'ecmp') if ctx.quick else TRANSPORTS
+    trials: dict[str, list[Trial]] = {}
+    for v in variants:
+        ideal_s = size_mb * 8 / (RATE_MBIT * v.planes)
+        with FabricNet(fabric_spec(v.topology, RATE_MBIT)) as fab:
+            for rep in range(ctx.reps):
+                sc = scenario('bench-load-balance', v.topology, RATE_MBIT, {
+                    'type': 'permutation', 'hosts': list(v.hosts),
+                    'size_mb': size_mb}, duration_s=4 * ideal_s + 8,
+                    seed=100 + rep)
+                for transport in transports:
+                    trial = run_trial(ctx, KEY, fab, sc, transport, v.label, rep)
+                    measure(trial, v, len(v.hosts))
+                    trials.setdefault(v.label, []).append(trial)
+                    ctx.say(KEY, '%s, %s rep %d: %.0f%% of ideal' % (
+                        v.label, transport, rep + 1,
+                        100 * trial.values['fraction']))
+    return SectionResult(KEY, 'Load balance', report(ctx, trials, size_mb),
+                         {v: [summary(t) for t in ts]
+                          for v, ts in trials.items()})
+
+
+def measure(trial: Trial, v: Variant, senders: int) -> None:
+    run = trial.run
+    ideal_bps = senders * v.planes * RATE_MBIT * 1e6
+    ends = [f.finished if f.finished is not None else run.elapsed_s
+            for f in run.flows]
+    makespan = max(ends) - min(f.started for f in run.flows)
+    fcts = [f.fct for f in run.flows if f.fct is not None]
+    total = sum(f.delivered for f in run.flows)
+    trial.values.update(
+        fraction=total * 8 / max(makespan, 1e-9) / ideal_bps,
+        mean_flow_fraction=sum(f.delivered * 8 / max(
+            (f.finished or run.elapsed_s) - f.started, 1e-9)
+            for f in run.flows) / ideal_bps,
+        makespan_s=makespan,
+        fct_spread=max(fcts) / min(fcts) if len(fcts) == len(run.flows) and
+        fcts else None,
+        completed=all(f.status == 'done' for f in run.flows))
+
+
+def summary(t: Trial) -> dict:
+    return {'transport': t.transport, 'rep': t.rep, 'trusted': t.trusted,
+            'health': t.health, **t.values}
+
+
+def report(ctx: BenchContext, trials: dict[str, list[Trial]],
+           size_mb: float) -> str:
+    rows, groups = [], {}
+    for label, ts in trials.items():
+        groups[label] = {}
+        for transport in dict.fromkeys(t.transport for t in ts):
+            mine = [t for t in ts if t.transport == transport]
+            frac = spread(mine, 'fraction')
+            groups[label][transport] = frac
+            rows.append((label, transport, frac.text('%.0f', 100, '%'),
+                         spread(mine, 'mean_flow_fraction').text('%.0f', 100, '%'),
+                         spread(mine, 'makespan_s').text('%.2f', unit=' s'),
+                         spread(mine, 'fct_spread').text('%.2f', unit='×'),
+                         '%d/%d' % (sum(t.values['completed'] for t in mine),
+                                    len(mine))))
+    image = charts.grouped_bars(
+        ctx.images / 'bench_load_balance.png',
+        groups, '% of ideal (NIC line rate)', 'Permutation goodput, '
+        'fat-tree k=4 at %g Mbit/s per link' % RATE_MBIT, scale=100,
+        reference=100 * MRC_PAYLOAD_CEILING,
+        reference_label='MRC payload ceiling (90.6%)')
+    every = [t for ts in trials.values() for t in ts]
+    ratio = 'Side by side, per repetition: ' + '; '.join(
+        '%s: %s' % (label, side_by_side(ts, 'fraction'))
+        for label, ts in trials.items()) + '.'
+    return '\n\n'.join([
+        '```sh\nmrc-testbed bench --sections %s\n```' % KEY,
+        'Cross-pod permutation, %g MB per sender, %d repetitions (a new '
+        'permutation each, the same for every transport); %s%s. Ideal: '
+        'every sender at its NIC line rate (planes × %g Mbit/s); goodput '
+        'is payload bytes over the time until the last flow finished.'
+        % (size_mb, ctx.reps, rejected_note(every), retried_note(every),
+           RATE_MBIT),
+        md_table(['fabric', 'transport', 'goodput / ideal',
+                  'mean flow rate / ideal', 'last flow done', 'slowest / '
+                  'fastest flow', 'all flows done'], rows),
+        ratio,
+        '![load balance](%s)' % ctx.link(image)])

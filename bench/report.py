@@ -1,0 +1,90 @@
+"""BENCHMARKS.md: the machine, the date, the command, then every section
+in the order it ran."""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.harness import SectionResult
+
+
+def machine() -> str:
+    mem_kb = 0
+    with open('/proc/meminfo') as f:
+        for line in f:
+            if line.startswith('MemTotal:'):
+                mem_kb = int(line.split()[1])
+    model = ''
+    with open('/proc/cpuinfo') as f:
+        for line in f:
+            if line.startswith('model name'):
+                model = line.split(':', 1)[1].strip()
+                break
+    ovs = subprocess.run(['ovs-vswitchd', '--version'], capture_output=True,
+                         text=True).stdout.split('\n')[0]
+    distro = ''
+    if Path('/etc/os-release').exists():
+        for line in Path('/etc/os-release').read_text().splitlines():
+            if line.startswith('PRETTY_NAME='):
+                distro = line.split('=', 1)[1].strip('"')
+    return ('%s, kernel %s, %d cores (%s), %.0f GB; %s, userspace (netdev) '
+            'datapath; Python %s' % (
+                distro, platform.release(), os.cpu_count() or 0, model,
+                mem_kb / 1e6, ovs, platform.python_version()))
+
+
+def command(args: argparse.Namespace) -> str:
+    parts = ['mrc-testbed bench']
+    if args.quick:
+        parts.append('--quick')
+    from bench.__main__ import SECTIONS
+    if list(args.sections) != list(SECTIONS):
+        parts.append('--sections ' + ','.join(args.sections))
+    if args.out is not None:
+        parts.append('--out %s' % args.out)
+    return ' '.join(parts)
+
+
+def write_report(path: Path, results: Sequence[SectionResult], started: str,
+                 args: argparse.Namespace, raw: Path) -> Path:
+    total = sum(r.seconds for r in results)
+    head = [
+        '# Benchmarks',
+        '',
+        'Written by `%s` (%s): every figure below comes from that one run; '
+        'nothing is edited by hand. Raw per-trial data: `%s/`.'
+        % (command(args), 'quick smoke version: not for publishing'
+           if args.quick else 'full run', raw),
+        '',
+        '- **Machine:** %s.' % machine(),
+        '- **Started:** %s; took %.0f min (%s).' % (
+            started, total / 60, ', '.join('%s %.0f s' % (r.key, r.seconds)
+                                           for r in results)),
+        '- **Method:** transports are compared side by side in the same run '
+        'on the same fabric with the same seeds and fault times, one trial '
+        'after another (never concurrently: the emulator has 2 cores). '
+        'Every trial checks the emulator\'s health (machine CPU, the '
+        'endpoint loop\'s CPU, OVS lost upcalls); a saturated trial is run '
+        'again and, if it never runs clean, reported as rejected, not as a '
+        'number. Figures are `median (min–max)` over the repetitions.',
+        '- **Reproduce:** `make bench` or `bash scripts/setup.sh bench` (sets '
+        'everything up, then `mrc-testbed bench`); one section: '
+        '`mrc-testbed bench --sections KEY`.',
+        '',
+        'Sections: ' + ', '.join('[%s](#%s)' % (r.title, anchor(i, r.title))
+                                 for i, r in enumerate(results, 1)),
+    ]
+    body = ['## %d. %s\n\n%s' % (i, r.title, r.markdown.strip())
+            for i, r in enumerate(results, 1)]
+    path.write_text('\n'.join(head) + '\n\n' + '\n\n'.join(body) + '\n')
+    return path
+
+
+def anchor(index: int, title: str) -> str:
+    text = ('%d. %s' % (index, title)).lower()
+    return ''.join(c if c.isalnum() or c in '- ' else '' for c in text) \
+        .replace(' ', '-')
