@@ -7,6 +7,6 @@ setup(
                 'Reliable Connection) over multi-plane SRv6 fabrics',
     python_requires='>=3.11',
     packages=find_packages(include=['testbed', 'testbed.*', 'topologies',
-                                    'controller']),
+                                    'controller', 'bench']),
     entry_points={'console_scripts': ['mrc-testbed=testbed.cli:main']},
 )

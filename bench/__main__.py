@@ -12,19 +12,17 @@ that are not run keep nothing: run them all to publish.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
 from pathlib import Path
 
-from bench import failover, incast, load_balance, random_loss, emulator_scale
-from bench.harness import BenchContext, SectionResult
-from bench.report import write_report
-from testbed.workload.results import new_results_dir
-
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = {m.KEY: m for m in (load_balance, failover, random_loss, incast,
-                               emulator_scale)}
+# One module of bench/ per section, named by its key; imported when run,
+# so `mrc-testbed --help` does not load matplotlib and Mininet.
+SECTIONS = ('load_balance', 'failover', 'random_loss', 'incast',
+            'emulator_scale')
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -58,6 +56,9 @@ def sections(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bench.harness import BenchContext, SectionResult
+    from bench.report import write_report
+    from testbed.workload.results import new_results_dir
     if args.quick and args.out is None:
         print('--quick figures are not for publishing: give --out DIR',
               file=sys.stderr)
@@ -73,15 +74,16 @@ def run(args: argparse.Namespace) -> int:
     for key in args.sections:
         ctx.say(key, 'starting')
         t0 = time.monotonic()
-        result = SECTIONS[key].run(ctx)
+        result = importlib.import_module('bench.' + key).run(ctx)
         result.seconds = time.monotonic() - t0
         results.append(result)
         (raw / ('%s.json' % key)).write_text(json.dumps(
             result.data, indent=1, default=str))
         ctx.say(key, 'done in %.0f s' % result.seconds)
-    report = write_report(out / 'BENCHMARKS.md', results, started, args,
-                          raw.relative_to(out) if raw.is_relative_to(out)
-                          else raw)
+        # after every section: a later one failing loses nothing measured
+        report = write_report(out / 'BENCHMARKS.md', results, started, args,
+                              raw.relative_to(out) if raw.is_relative_to(out)
+                              else raw)
     ctx.say('bench', 'wrote %s and %s' % (report, raw))
     return 0
 

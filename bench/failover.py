@@ -38,8 +38,8 @@ TRIAL_S = 8.0
 SIZE_MB = 25                 # more than any transport moves in TRIAL_S
 # (kind, its undo or None, how many in a full run, in a quick one)
 FAILURES = (('link_down', 'link_up', 20, 2),
-            ('switch_down', 'switch_up', 3, 0),
-            ('nic_port_down', None, 3, 1))
+            ('switch_down', 'switch_up', 2, 0),
+            ('nic_port_down', None, 2, 1))
 NAMES = {'link_down': 'link failure', 'switch_down': 'core switch reboot',
          'nic_port_down': 'NIC port loss'}
 # Any valid target: the scenario parser wants one; PathTargetedFaults

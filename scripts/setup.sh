@@ -61,6 +61,6 @@ case "${1:-}" in
   "") ;;
   run)   shift; exec "$venv/bin/mrc-testbed" run scenarios/link_failure_allreduce.yaml "$@" ;;
   test)  shift; exec "$venv/bin/python" -m pytest tests "$@" ;;
-  bench) shift; exec "$venv/bin/python" bench/fabric_build.py "$@" ;;
+  bench) shift; exec "$venv/bin/mrc-testbed" bench "$@" ;;
   *) say "unknown action '$1' (run, test or bench)"; exit 2 ;;
 esac

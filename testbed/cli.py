@@ -73,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     cli.add_argument('--bw', type=float, default=None, metavar='MBIT',
                      help='shape every link to MBIT Mbit/s')
     cli.set_defaults(func=cmd_cli)
+    bench = sub.add_parser('bench', help='run the benchmarks (bench/) and '
+                           'write BENCHMARKS.md with tables and plots')
+    from bench.__main__ import add_arguments
+    add_arguments(bench)
+    bench.set_defaults(func=cmd_bench)
     clean = sub.add_parser('clean', help='remove everything of ours from '
                            'this machine (after a crash or kill)')
     clean.add_argument('--force', action='store_true',
@@ -211,6 +216,14 @@ def cmd_cli(args: argparse.Namespace) -> int:
     except (FabricError, FabricBusy) as err:
         print('mrc-testbed: %s' % err, file=sys.stderr)
         return EXIT_FAILED
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    refused = _need_root('bench')
+    if refused is not None:
+        return refused
+    from bench.__main__ import run
+    return run(args)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""Benchmarks: `mrc-testbed bench` runs the sections and writes BENCHMARKS.md."""

@@ -1,0 +1,60 @@
+"""The benchmark harness's arithmetic and argument checks (no fabric)."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench.__main__ import SECTIONS, parse_args, sections
+from bench.harness import Spread, Trial, md_table, side_by_side, spread
+from bench.report import anchor
+from testbed.workload.metrics import recovery_time
+from testbed.workload.runner import TransportRun
+
+
+def trial(transport: str, rep: int, trusted: bool = True, **values) -> Trial:
+    run = TransportRun(transport, rep, health={'trusted': trusted,
+                                               'reasons': [] if trusted else
+                                               ['machine CPU 99% busy']})
+    return Trial(transport, 'c', rep, run, 1, dict(values))
+
+
+def test_spread_text_shows_median_and_range() -> None:
+    assert Spread((0.5, 0.7, 0.6)).text('%.0f', 100, '%') == '60% (50–70)'
+    assert Spread((2.0,)).text('%.1f', unit=' s') == '2.0 s'
+    assert Spread((1.0, 1.01)).text('%.1f') == '1.0'      # range rounds away
+    assert Spread(()).text() == '—'
+
+
+def test_untrusted_trials_give_no_number() -> None:
+    trials = [trial('mrc', 0, x=1.0), trial('mrc', 1, False, x=9.0),
+              trial('mrc', 2, x=None)]
+    assert spread(trials, 'x').values == (1.0,)
+
+
+def test_side_by_side_pairs_the_same_repetition() -> None:
+    trials = [trial('mrc', 0, f=0.9), trial('ecmp', 0, f=0.45),
+              trial('mrc', 1, f=0.8), trial('ecmp', 1, f=0.8),
+              trial('rc', 0, False, f=0.1)]
+    text = side_by_side(trials, 'f')
+    assert text == 'MRC / ECMP = 1.50× (1.00–2.00)'     # rc untrusted: no pair
+
+
+def test_section_list_is_checked() -> None:
+    assert sections('failover, incast') == ['failover', 'incast']
+    with pytest.raises(argparse.ArgumentTypeError, match='unknown section'):
+        sections('failover,nope')
+    assert parse_args([]).sections == list(SECTIONS)
+
+
+def test_markdown_helpers() -> None:
+    assert md_table(['a', 'b'], [(1, 2)]) == '| a | b |\n|---|---|\n| 1 | 2 |'
+    assert anchor(2, 'Failover') == '2-failover'
+    assert anchor(5, 'Scale of the emulator') == '5-scale-of-the-emulator'
+
+
+def test_recovery_after_capacity_loss_uses_what_is_left() -> None:
+    # 10 Mbit/s, then a fault at 1 s halves it for good
+    goodput = [10.0] * 100 + [5.0] * 100
+    assert recovery_time(goodput, 0.01, 1.0) is None
+    assert recovery_time(goodput, 0.01, 1.0, fraction=0.45) == 0.0
