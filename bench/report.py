@@ -42,7 +42,7 @@ def command(args: argparse.Namespace) -> str:
     if args.quick:
         parts.append('--quick')
     from bench.__main__ import SECTIONS
-    if list(args.sections) != list(SECTIONS):
+    if tuple(args.sections) != SECTIONS:
         parts.append('--sections ' + ','.join(args.sections))
     if args.out is not None:
         parts.append('--out %s' % args.out)

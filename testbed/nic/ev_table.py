@@ -423,13 +423,28 @@ class EvTable:
         self._rotation += 1
         self._cursor = 0
         if self._order_stale or self.config.reshuffle_each_rotation:
-            order = [ev for plane in self._planes if plane in self._planes_up
-                     for ev in self._active[plane]]
+            order = self._plane_balanced_order()
             self._rng.shuffle(order)
             for slot, ev in enumerate(order):
                 ev.rotation_slot = slot
             self._order = order
             self._order_stale = False
+
+    def _plane_balanced_order(self) -> list[Ev]:
+        """Every up plane gets as many slots as the fullest one. A plane that lost active EVs
+        with no backup left to replace them reuses the ones it has, so each port keeps an
+        equal share of the packets (GetSendParams(free_ports): equal ports, equal load),
+        instead of the other planes' ports queueing while its own idles."""
+        sets = [self._active[p] for p in self._planes
+                if p in self._planes_up and self._active[p]]
+        if not sets:
+            return []
+        longest = max(len(evs) for evs in sets)
+        order: list[Ev] = []
+        for evs in sets:
+            order += evs * (longest // len(evs))
+            order += self._rng.sample(evs, longest % len(evs))
+        return order
 
     def _restart_rotation(self) -> None:
         """Rebuild the order at the next selection (a new rotation starts there)."""

@@ -437,6 +437,21 @@ def test_per_plane_balance_survives_retransmit_excludes_and_skips() -> None:
     assert_balanced(counts, {1, 2, 3, 4})
 
 
+def test_plane_short_of_evs_keeps_its_share_of_packets() -> None:
+    """Half of plane 2's active EVs demoted with no backup left: the plane's port still gets
+    half the packets (the survivors are reused), not a share shrunk with its EV count."""
+    table = make_table(seed=13, planes=2, paths_per_plane=4, active_count=32,
+                       backup_per_plane=0)
+    doomed = [ev for ev in table.active_evs() if ev.plane == 2][:12]
+    for ev in doomed:
+        assert table.on_loss(ev.ev_id)
+    assert table.active_by_plane() == {1: 16, 2: 4}
+    counts = plane_counts(table, 20_000)
+    assert_balanced(counts, {1, 2})
+    used = {ev.ev_id for ev in (table.next_ev() for _ in range(2_000))}
+    assert not used & {ev.ev_id for ev in doomed}
+
+
 def _plane_sequence(seed: int, n: int) -> list[int]:
     table = make_table(seed=seed, planes=4, paths_per_plane=16, active_count=64)
     return [table.next_ev().plane for _ in range(n)]
