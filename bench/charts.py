@@ -45,7 +45,7 @@ def grouped_bars(path: Path, groups: Mapping[str, Mapping[str, Spread]],
     ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(axis='y', alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def cdfs(path: Path, series: Mapping[str, Sequence[float]], xlabel: str,
@@ -65,23 +65,10 @@ def cdfs(path: Path, series: Mapping[str, Sequence[float]], xlabel: str,
     ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def lines(path: Path, xs: Sequence[float], series: Mapping[str, Sequence[float]],
-          xlabel: str, ylabel: str, title: str) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for name, ys in series.items():
-        ax.plot(xs[:len(ys)], ys, marker='o', label=name)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
-
-
-def _save(fig, path: Path) -> Path:
+def save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

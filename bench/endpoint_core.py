@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:            # run as a script: the repository is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.nic.ev_table import EvTableConfig  # noqa: E402
 from testbed.nic.loopback import Loopback  # noqa: E402
@@ -64,6 +65,15 @@ def run_once(size: int, data: bytes, cc: str = "none") -> dict[str, float]:
     }
 
 
+def measure(size_mib: int, repeat: int, cc: str = "none") -> list[dict[str, float]]:
+    """`repeat` runs of a `size_mib` MiB WRITE, after a warm-up run (imports, allocator,
+    caches). Also the endpoint part of `mrc-testbed bench`'s emulator-scale section."""
+    size = size_mib << 20
+    data = payload(size)
+    run_once(size, data, cc)
+    return [run_once(size, data, cc) for _ in range(repeat)]
+
+
 def report(label: str, r: dict[str, float]) -> None:
     print(f"{label:>7}: {r['data_pps']:>9,.0f} data pkt/s + {r['sack_pps']:>8,.0f} SACK/s = "
           f"{r['total_pps']:>9,.0f} pkt/s, {r['mib_s']:6.1f} MiB/s payload "
@@ -79,17 +89,16 @@ def main() -> None:
     parser.add_argument("--cc", choices=("none", "nscc"), default="none",
                         help="congestion control of the QPs (default none, as in the test)")
     args = parser.parse_args()
-    size = args.size << 20
-    data = payload(size)
     if args.profile:
+        size = args.size << 20
+        data = payload(size)
         profiler = cProfile.Profile()
         profiler.enable()
         run_once(size, data, args.cc)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
         return
-    run_once(size, data, args.cc)              # warm-up: imports, allocator, caches
-    runs = [run_once(size, data, args.cc) for _ in range(args.repeat)]
+    runs = measure(args.size, args.repeat, args.cc)
     first = runs[0]
     print(f"sans-IO core, sender+receiver on one core, CC {args.cc}: {args.size} MiB WRITE = "
           f"{first['data_packets']:.0f} data packets + {first['sacks']:.0f} SACKs, "

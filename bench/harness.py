@@ -174,8 +174,8 @@ def side_by_side(trials: Sequence[Trial], key: str, of: str = 'mrc') -> str:
 def rejected_note(trials: Sequence[Trial]) -> str:
     bad = [t for t in trials if not t.trusted]
     if not bad:
-        return 'every trial ran on an emulator that kept up'
-    return '%d of %d trials rejected (%s)' % (
+        return 'Every trial ran on an emulator that kept up'
+    return '%d of %d trials rejected as saturated (%s)' % (
         len(bad), len(trials), '; '.join(sorted({t.rejected or '' for t in bad})))
 
 

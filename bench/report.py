@@ -68,7 +68,8 @@ def write_report(path: Path, results: Sequence[SectionResult], started: str,
         'on the same fabric with the same seeds and fault times, one trial '
         'after another (never concurrently: the emulator has 2 cores). '
         'Every trial checks the emulator\'s health (machine CPU, the '
-        'endpoint loop\'s CPU, OVS lost upcalls); a saturated trial is run '
+        'endpoint loop\'s CPU, OVS lost upcalls, packets the datapath left '
+        'unread in its sockets\' buffers); a saturated trial is run '
         'again and, if it never runs clean, reported as rejected, not as a '
         'number. Figures are `median (min–max)` over the repetitions.',
         '- **Reproduce:** `make bench` or `bash scripts/setup.sh bench` (sets '

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 BUSY_LIMIT = 0.95          # of all cores, machine-wide
 PROCESS_LIMIT = 0.9        # of one core: a Python event loop's ceiling
+DROP_LIMIT = 0.001         # of the datapath's packets, dropped unread
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -18,10 +19,23 @@ def _cpu_ticks() -> tuple[int, int]:
     return sum(fields), idle
 
 
-def _lost_upcalls() -> int:
+def _datapath_counters() -> tuple[int, int]:
+    """(packets looked up, upcalls lost) over every datapath."""
     out = subprocess.run(['ovs-appctl', 'dpctl/show'], capture_output=True,
                          text=True).stdout
-    return sum(int(x) for x in re.findall(r'lost:(\d+)', out))
+    looked_up = sum(int(a) + int(b) for a, b in
+                    re.findall(r'hit:(\d+) missed:(\d+)', out))
+    return looked_up, sum(int(x) for x in re.findall(r'lost:(\d+)', out))
+
+
+def _unread_drops() -> int:
+    """Packets the kernel dropped because nobody read them in time from a
+    packet socket: the userspace datapath reads every switch port through
+    one, so when its thread falls behind, this is where the fabric loses
+    packets (no upcall is lost, and the machine may still look idle)."""
+    out = subprocess.run(['ss', '-0', '-a', '-m', '-H'], capture_output=True,
+                         text=True).stdout
+    return sum(int(x) for x in re.findall(r',d(\d+)\)', out))
 
 
 @dataclass
@@ -30,11 +44,14 @@ class HealthSample:
     process_cpu: float
     ticks: tuple[int, int]
     lost: int
+    packets: int = 0
+    unread: int = 0
 
     @classmethod
     def now(cls) -> 'HealthSample':
+        packets, lost = _datapath_counters()
         return cls(time.monotonic(), time.process_time(), _cpu_ticks(),
-                   _lost_upcalls())
+                   lost, packets, _unread_drops())
 
 
 def health_between(start: HealthSample, end: HealthSample,
@@ -45,6 +62,8 @@ def health_between(start: HealthSample, end: HealthSample,
     machine_busy = 1 - idle / total if total else 0.0
     process = (end.process_cpu - start.process_cpu) / wall
     lost = end.lost - start.lost
+    unread = end.unread - start.unread
+    packets = end.packets - start.packets
     saturation = []
     if machine_busy > BUSY_LIMIT:
         saturation.append('machine CPU %.0f%% busy' % (100 * machine_busy))
@@ -53,9 +72,14 @@ def health_between(start: HealthSample, end: HealthSample,
                           % (100 * process))
     if lost:
         saturation.append('OVS datapath lost %d upcalls' % lost)
+    if unread > DROP_LIMIT * max(1, packets + unread):
+        saturation.append('OVS datapath left %d of %d packets unread (kernel '
+                          'dropped them)' % (unread, packets + unread))
     reasons = saturation + ['kernel lacks %s' % f for f in missing_features]
     return {'machine_cpu_busy': round(machine_busy, 3),
             'endpoint_process_cpu': round(process, 3),
-            'ovs_lost_upcalls': lost, 'missing_features': missing_features,
+            'ovs_lost_upcalls': lost, 'datapath_packets': packets,
+            'datapath_unread_drops': unread,
+            'missing_features': missing_features,
             'saturated': bool(saturation), 'trusted': not reasons,
             'reasons': reasons}

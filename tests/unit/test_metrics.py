@@ -33,3 +33,17 @@ def test_no_dip_is_zero_and_no_return_is_none():
     dead = [10.0] * 200 + [0.0] * 200
     assert recovery_time(dead, 0.01, 2.0) is None
     assert recovery_time([0.0] * 400, 0.01, 2.0) is None
+
+
+def test_health_flags_packets_the_datapath_left_unread() -> None:
+    """The userspace datapath's thread falling behind shows only as kernel
+    drops at its packet sockets: the machine may look idle, no upcall lost."""
+    from testbed.workload.emulation_health import HealthSample, health_between
+    start = HealthSample(0.0, 0.0, (1000, 500), 0, packets=0, unread=0)
+    calm = HealthSample(1.0, 0.2, (2000, 1000), 0, packets=50_000, unread=20)
+    busy = HealthSample(1.0, 0.2, (2000, 1000), 0, packets=50_000, unread=900)
+    assert health_between(start, calm, [])['trusted']
+    verdict = health_between(start, busy, [])
+    assert verdict['saturated'] and not verdict['trusted']
+    assert verdict['datapath_unread_drops'] == 900
+    assert 'left 900 of 50900 packets unread' in verdict['reasons'][0]

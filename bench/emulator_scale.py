@@ -1,0 +1,720 @@
+"""Section 5, scale of the emulator: what this machine can emulate, and
+where the emulation stops being faithful.
+
+- build / ready / teardown time and memory of fat-trees vs switch count
+  (bench/fabric_build.py's `measure`);
+- the fabric's packet capacity: MTU-sized SRv6 packets between two hosts of
+  an unshaped fabric at increasing rates, counted at the hosts' ports, on a
+  small leaf-spine and on the fat-tree of the fidelity sweep;
+- packets/s of the endpoint core on one core (bench/endpoint_core.py);
+- MRC permutation traffic at increasing link rates: goodput, and the
+  emulator-health verdict of every trial.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+
+from bench import charts, endpoint_core  # noqa: E402
+from bench.fabric_build import (measure as measure_build,  # noqa: E402
+                                vswitchd_pid)
+from bench.harness import (BenchContext, SectionResult, md_table,  # noqa: E402
+                           run_trial, scenario)
+from testbed.fabric.features import ovs_datapath  # noqa: E402
+from testbed.fabric.net import FabricNet  # noqa: E402
+from testbed.fabric.netns import inside  # noqa: E402
+from testbed.fabric.run_lock import RunLock  # noqa: E402
+from testbed.fabric.topo_spec import parse_topo_spec  # noqa: E402
+from testbed.nic.socket_runtime import (IPPROTO_IPV6_IN_IPV6,  # noqa: E402
+                                        UDP_NO_CHECK6_RX)
+from testbed.nic.wire import (IPV6_HEADER_LEN, UDP_HEADER_LEN,  # noqa: E402
+                              UDP_PORT, build_inner, max_payload)
+from testbed.workload.emulation_health import (  # noqa: E402
+    BUSY_LIMIT, PROCESS_LIMIT, HealthSample, health_between)
+from testbed.workload.runner import fabric_spec  # noqa: E402
+
+KEY = 'emulator_scale'
+COMMAND = '```sh\nmrc-testbed bench --sections %s\n```' % KEY
+
+BUILD_GRID = {4: (1, 2, 4, 8), 6: (1, 2), 8: (1, 2, 4)}    # k: planes
+MAX_READY_S = 90.0          # a bigger fabric is predicted, not built
+
+FIDELITY_TOPOLOGY = 'fattree,k=4,planes=2'
+# Unshaped (no bw=: plain veths); sender, receiver. The fat-tree is the
+# fidelity sweep's: the datapath's capacity depends on how many ports it has.
+CAPACITY_FABRICS = (('leafspine,leaves=2,spines=2,hosts=1,planes=1', 'h1', 'h2'),
+                    (FIDELITY_TOPOLOGY, 'h1', 'h9'))
+CAPACITY_RATES = (5_000, 10_000, 20_000, 40_000, 80_000, 160_000, None)
+CAPACITY_STEP_S = 2.0
+DRAIN_S = 0.3               # packets still queued in the fabric arrive
+SEND_BATCH = 64
+PACE_SLEEP_S = 0.0002
+MTU = 1500
+PROBE_FRAME_BYTES = MTU + 14            # the MTU plus the Ethernet header
+PROBE_MRC_BYTES = MTU - 2 * IPV6_HEADER_LEN - UDP_HEADER_LEN
+PROBE_EVS = 128             # distinct UDP source ports, like MRC's entropy values
+LOSSLESS = 0.01
+MRC_PAYLOAD = max_payload(MTU)          # 1,368 bytes per full data packet
+MRC_FRAME_BYTES = 1510      # a full data packet on the wire (no ImmDt header)
+
+FIDELITY_PLANES = 2
+FIDELITY_RATES = (2.5, 5.0, 10.0, 20.0, 40.0)
+FIDELITY_HOSTS = ['h1', 'h2', 'h3', 'h4', 'h9', 'h10', 'h11', 'h12']
+TRIAL_IDEAL_S = 3.0         # each trial moves this long at line rate
+KEPT_UP = 0.9               # of the lowest rate's goodput / ideal
+
+
+def run(ctx: BenchContext) -> SectionResult:
+    machine = machine_facts()
+    builds, skipped = measure_builds(ctx)
+    capacities = measure_capacity(ctx)
+    endpoint = measure_endpoint(ctx)
+    fidelity = measure_fidelity(ctx)
+    markdown = '\n\n'.join([
+        machine_text(machine),
+        builds_text(ctx, builds, skipped, machine),
+        capacity_text(ctx, capacities),
+        endpoint_text(endpoint),
+        fidelity_text(fidelity, capacities, endpoint)])
+    return SectionResult(KEY, 'Scale of the emulator', markdown, {
+        'machine': machine, 'builds': builds, 'skipped': skipped,
+        'capacity': capacities, 'endpoint': endpoint, 'fidelity': fidelity})
+
+
+def machine_facts() -> dict:
+    version = subprocess.run(['ovs-vswitchd', '--version'], capture_output=True,
+                             text=True).stdout.split('\n')[0]
+    with open('/proc/meminfo') as f:
+        total_kb = int(f.readline().split()[1])
+    return {'cores': os.cpu_count(), 'memory_gb': round(total_kb / 2**20),
+            'kernel': platform.release(), 'ovs': version.split()[-1],
+            'datapath': ovs_datapath()}
+
+
+def machine_text(m: dict) -> str:
+    datapath = {'user': 'userspace (netdev)', 'kernel': 'kernel'}[m['datapath']]
+    return (f"Machine: {m['cores']} cores, {m['memory_gb']} GB, kernel "
+            f"{m['kernel']}, Open vSwitch {m['ovs']} with the {datapath} "
+            f"datapath. Every figure below is this machine on this day: read "
+            f"magnitudes, not thresholds.")
+
+
+# -- 1. build, teardown and memory vs switch count --------------------------
+
+def build_specs(quick: bool) -> list[str]:
+    if quick:
+        return ['fattree,k=4,planes=1']
+    return ['fattree,k=%d,planes=%d' % (k, p)
+            for k, planes in BUILD_GRID.items() for p in planes]
+
+
+def measure_builds(ctx: BenchContext) -> tuple[list[dict], list[dict]]:
+    rows: list[dict] = []
+    skipped: list[dict] = []
+    for spec in build_specs(ctx.quick):
+        links = len(parse_topo_spec(spec).build().links())
+        guess = predicted_ready_s(rows, links)
+        if guess > MAX_READY_S:
+            skipped.append({'spec': spec, 'links': links,
+                            'predicted_ready_s': guess})
+            ctx.say(KEY, '%s: skipped, predicted ready in %.0f s' % (spec, guess))
+            continue
+        row = dict(measure_build(spec), spec=spec)
+        rows.append(row)
+        ctx.say(KEY, '%s: %d switches ready in %.1f s, torn down in %.1f s, '
+                '+%.0f MB (ovs-vswitchd +%.0f MB)%s' % (
+                    spec, row['switches'], row['ready_s'], row['teardown_s'],
+                    row['memory_mb'], row['vswitchd_mb'],
+                    ', LEAKED %s' % row['leftovers'] if row['leftovers'] else ''))
+    return rows, skipped
+
+
+def predicted_ready_s(rows: Sequence[dict], links: int) -> float:
+    """Ready time grows with links (one veth pair and two ports each):
+    scaled from the biggest fabric built so far."""
+    if not rows:
+        return 0.0
+    biggest = max(rows, key=lambda r: r['links'])
+    return biggest['ready_s'] * links / biggest['links']
+
+
+def builds_text(ctx: BenchContext, rows: list[dict], skipped: list[dict],
+                machine: dict) -> str:
+    table = md_table(
+        ['fabric', 'switches', 'hosts', 'links', 'build', 'flows', 'plumbing',
+         'ready', 'teardown', 'memory', 'per switch', 'ovs-vswitchd RSS',
+         'per switch', 'left behind'],
+        [(r['spec'], r['switches'], r['hosts'], r['links'],
+          f"{r['build_s']:.2f} s", f"{r['flows_s']:.2f} s",
+          f"{r['plumbing_s']:.2f} s", f"{r['ready_s']:.2f} s",
+          f"{r['teardown_s']:.2f} s", f"{r['memory_mb']:.0f} MB",
+          f"{r['memory_mb'] / r['switches']:.1f} MB",
+          f"+{r['vswitchd_mb']:.0f} MB",
+          f"{r['vswitchd_mb'] / r['switches']:.1f} MB",
+          ', '.join(f'{len(v)} {k}' for k, v in r['leftovers'].items())
+          or 'nothing') for r in rows])
+    biggest = max(rows, key=lambda r: r['links'])
+    per_link_ms = 1000 * (biggest['ready_s'] + biggest['teardown_s']) / \
+        biggest['links']
+    vswitchd = vswitchd_growth(rows)
+    skip = ''.join(f" {s['spec']} was not built: scaled from the fabrics "
+                   f"above, it would need ~{s['predicted_ready_s']:.0f} s to be "
+                   f"ready (limit {MAX_READY_S:.0f} s)." for s in skipped)
+    image = plot_builds(ctx.images / 'bench_scale_build.png', rows)
+    return '\n\n'.join([
+        '### Build, teardown and memory vs switch count',
+        COMMAND,
+        "One build of each fabric (unshaped links), timed by FabricNet; memory "
+        "is the machine's in-use memory (MemTotal − MemAvailable, less the "
+        "free pages parked in per-CPU lists, which swing by tens of MB on "
+        "their own) and ovs-vswitchd's resident set, from just before the "
+        "build (once the previous fabric is freed) to once the fabric is "
+        "ready. After every teardown the section checks that nothing of "
+        "ours is left on the machine." + skip,
+        table,
+        f"- Time is serial work: Mininet starts one shell per node and creates "
+        f"one veth pair per link, one after another in one process, and "
+        f"teardown waits for the kernel to close one AF_PACKET socket per "
+        f"switch port (an RCU grace period each). Both grow with links — "
+        f"{per_link_ms:.0f} ms per link, ready plus teardown, for "
+        f"{biggest['spec']} — and more cores do not shorten them.",
+        f"- Memory does not limit the fabric size, time does: "
+        f"{biggest['spec']} added {biggest['memory_mb']:,.0f} MB on a "
+        f"{machine['memory_gb']} GB machine. ovs-vswitchd runs with "
+        f"`--mlockall` (Debian's default), so what it allocates is resident: "
+        f"{vswitchd}. The rest is a shell per node, the namespaces and veths, "
+        f"the controller and this process's Mininet objects; the machine-wide "
+        f"figure also moves with whatever else runs on the machine meanwhile.",
+        f"![build, teardown and memory vs switch count]({ctx.link(image)})"])
+
+
+def vswitchd_growth(rows: list[dict]) -> str:
+    """ovs-vswitchd's growth as a fixed part and a part per switch."""
+    if len({r['switches'] for r in rows}) < 2:
+        return f"+{rows[0]['vswitchd_mb']:.0f} MB for {rows[0]['switches']} switches"
+    fit = statistics.linear_regression([r['switches'] for r in rows],
+                                       [r['vswitchd_mb'] for r in rows])
+    return (f"about {fit.intercept:.0f} MB once there is a bridge, then "
+            f"{fit.slope:.2f} MB per switch (least squares over the table)")
+
+
+def plot_builds(path: Path, rows: list[dict]) -> Path:
+    fig, (times, memory) = plt.subplots(1, 2, figsize=(10, 4))
+    by_k: dict[int, list[dict]] = {}
+    for r in rows:
+        by_k.setdefault(parse_topo_spec(r['spec']).kwargs()['k'], []).append(r)
+    for i, (k, mine) in enumerate(by_k.items()):
+        xs = [r['switches'] for r in mine]
+        colour = 'C%d' % i       # one colour per k, one line style per measure
+        times.plot(xs, [r['ready_s'] for r in mine], 'o-', color=colour,
+                   label='ready, k=%d' % k)
+        times.plot(xs, [r['teardown_s'] for r in mine], 's--', color=colour,
+                   label='teardown, k=%d' % k)
+        memory.plot(xs, [r['memory_mb'] for r in mine], 'o-', color=colour,
+                    label='machine, k=%d' % k)
+        memory.plot(xs, [r['vswitchd_mb'] for r in mine], 's--', color=colour,
+                    label='ovs-vswitchd RSS, k=%d' % k)
+    for ax, ylabel, title in ((times, 'seconds', 'Ready and teardown time'),
+                              (memory, 'MB added', 'Memory of a running fabric')):
+        ax.set_xlabel('switches')
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return charts.save(fig, path)
+
+
+# -- 2. the fabric's packet capacity ----------------------------------------
+
+@dataclass
+class Probe:
+    """A raw send socket on `src` and a receive socket on `dst`, plane 1."""
+    fab: FabricNet
+    src: str
+    dst: str
+    tx: socket.socket
+    packets: list[bytes]
+    carriers: list[str]
+    hops: int
+
+    def port_counts(self, host: str) -> tuple[int, int]:
+        """(rx, tx) packets of the host's plane-1 port, from its own netns."""
+        intf = self.fab.plan.host_ports[(host, 1)].intf
+        with open('/proc/%d/net/dev' % self.fab.host_pid(host)) as f:
+            for line in f:
+                name, _, counters = line.partition(':')
+                if name.strip() == intf:
+                    fields = counters.split()
+                    return int(fields[1]), int(fields[9])
+        raise RuntimeError('%s has no port %s' % (host, intf))
+
+
+def open_probe(fab: FabricNet, src: str, dst: str, stack: ExitStack) -> Probe:
+    plan = fab.plan
+    paths = plan.paths(src, dst, 1)
+    src_addr, dst_addr = (plan.host_ports[(h, 1)].address for h in (src, dst))
+    with inside(fab.host_pid(src)):
+        tx = stack.enter_context(socket.socket(
+            socket.AF_INET6, socket.SOCK_RAW, IPPROTO_IPV6_IN_IPV6))
+    with inside(fab.host_pid(dst)):
+        # A bound port takes the packets in (and drops them once its buffer
+        # is full) instead of answering each with an ICMPv6 error.
+        rx = stack.enter_context(socket.socket(socket.AF_INET6,
+                                               socket.SOCK_DGRAM))
+        rx.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_RX, 1)
+        rx.bind(('::', UDP_PORT))
+    packets = [build_inner(src_addr, dst_addr, ev, bytes(PROBE_MRC_BYTES))
+               for ev in range(PROBE_EVS)]
+    return Probe(fab, src, dst, tx, packets, [p.carrier for p in paths],
+                 len(paths[0].switches))
+
+
+def send_paced(probe: Probe, rate: float | None,
+               seconds: float) -> tuple[int, int, float]:
+    """Send `rate` packets/s (None: as fast as this loop can), spraying over
+    every path; returns (sent, send errors, elapsed)."""
+    sent = errors = 0
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while (now := time.monotonic()) < end:
+        due = SEND_BATCH if rate is None else \
+            min(SEND_BATCH, int(rate * (now - t0)) - sent - errors)
+        if due <= 0:
+            time.sleep(PACE_SLEEP_S)
+            continue
+        for i in range(sent + errors, sent + errors + due):
+            try:
+                probe.tx.sendto(probe.packets[i % PROBE_EVS],
+                                (probe.carriers[i % len(probe.carriers)], 0))
+                sent += 1
+            except OSError:
+                errors += 1
+    return sent, errors, time.monotonic() - t0
+
+
+def vswitchd_cpu_s() -> float:
+    """CPU time of ovs-vswitchd, all threads."""
+    with open('/proc/%d/stat' % vswitchd_pid()) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def datapath_threads() -> list[str]:
+    """The threads that poll the userspace datapath's ports."""
+    out = subprocess.run(['ovs-appctl', 'dpif-netdev/pmd-stats-show'],
+                         capture_output=True, text=True).stdout
+    return re.findall(r'^(main thread|pmd thread[^:]*):', out, re.M)
+
+
+def capacity_point(probe: Probe, rate: float | None, seconds: float) -> dict:
+    tx0 = probe.port_counts(probe.src)[1]
+    rx0 = probe.port_counts(probe.dst)[0]
+    health0, vswitchd0 = HealthSample.now(), vswitchd_cpu_s()
+    sent, errors, elapsed = send_paced(probe, rate, seconds)
+    health = health_between(health0, HealthSample.now(), [])
+    vswitchd = (vswitchd_cpu_s() - vswitchd0) / elapsed
+    time.sleep(DRAIN_S)
+    entered = probe.port_counts(probe.src)[1] - tx0
+    delivered = probe.port_counts(probe.dst)[0] - rx0
+    return {'offered_pps': rate, 'sent_pps': sent / elapsed,
+            'send_errors': errors, 'entered_pps': entered / elapsed,
+            'delivered_pps': delivered / elapsed,
+            'loss': 1 - delivered / entered if entered else 0.0,
+            'packet_hops_per_s': delivered * probe.hops / elapsed,
+            'machine_cpu_busy': health['machine_cpu_busy'],
+            'sender_cpu': health['endpoint_process_cpu'],
+            'vswitchd_cpu': vswitchd,
+            'lost_upcalls': health['ovs_lost_upcalls'],
+            'flagged': health['saturated']}
+
+
+def measure_capacity(ctx: BenchContext) -> list[dict]:
+    fabrics = CAPACITY_FABRICS[:1] if ctx.quick else CAPACITY_FABRICS
+    rates = (20_000,) if ctx.quick else CAPACITY_RATES
+    seconds = 1.0 if ctx.quick else CAPACITY_STEP_S
+    return [capacity_of(ctx, spec, src, dst, rates, seconds)
+            for spec, src, dst in fabrics]
+
+
+def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
+                rates: Sequence[int | None], seconds: float) -> dict:
+    points = []
+    with FabricNet(parse_topo_spec(spec)) as fab, ExitStack() as stack:
+        probe = open_probe(fab, src, dst, stack)
+        threads = datapath_threads()
+        plan = fab.plan
+        # A datapath port per switch end of every link (bridges' own
+        # internal ports not counted).
+        ports = 2 * len(plan.links) + len(plan.host_ports)
+        for rate in rates:
+            point = capacity_point(probe, rate, seconds)
+            points.append(point)
+            ctx.say(KEY, '%s: offered %s pkt/s, sent %.0f, delivered %.0f '
+                    '(%.1f%% lost), ovs-vswitchd %.0f%% of a core' % (
+                        spec, '%d' % rate if rate else 'max',
+                        point['sent_pps'], point['delivered_pps'],
+                        100 * point['loss'], 100 * point['vswitchd_cpu']))
+    return {'spec': spec, 'src': src, 'dst': dst, 'hops': probe.hops,
+            'switches': len(plan.switches), 'ports': ports, 'seconds': seconds,
+            'frame_bytes': PROBE_FRAME_BYTES, 'datapath_threads': threads,
+            'points': points}
+
+
+def peak(capacity: dict) -> dict:
+    return max(capacity['points'], key=lambda p: p['packet_hops_per_s'])
+
+
+def lossless(capacity: dict) -> dict | None:
+    fine = [p for p in capacity['points'] if p['loss'] < LOSSLESS]
+    return max(fine, key=lambda p: p['packet_hops_per_s']) if fine else None
+
+
+def capacity_text(ctx: BenchContext, capacities: list[dict]) -> str:
+    table = md_table(
+        ['fabric', 'offered', 'sender achieved', 'entered fabric',
+         'delivered', 'lost', 'packet-hops/s', 'machine CPU', 'sender CPU',
+         'ovs-vswitchd CPU', 'lost upcalls', 'health gate'],
+        [(f"{c['spec']} ({c['ports']} ports)",
+          f"{p['offered_pps']:,} pkt/s" if p['offered_pps'] else 'flat out',
+          f"{p['sent_pps']:,.0f}", f"{p['entered_pps']:,.0f}",
+          f"{p['delivered_pps']:,.0f}", f"{p['loss']:.1%}",
+          f"{p['packet_hops_per_s']:,.0f}", f"{p['machine_cpu_busy']:.0%}",
+          f"{p['sender_cpu']:.0%}", f"{p['vswitchd_cpu']:.0%}",
+          p['lost_upcalls'], 'saturated' if p['flagged'] else 'ok')
+         for c in capacities for p in c['points']])
+    threads = ' and '.join(capacities[0]['datapath_threads']) or 'no thread'
+    points = [p for c in capacities for p in c['points']]
+    flat_out = [p['sent_pps'] for p in points if p['offered_pps'] is None]
+    missed = [p for p in points if p['loss'] >= LOSSLESS and not p['flagged']]
+    image = plot_capacity(ctx.images / 'bench_scale_capacity.png', capacities)
+    notes = [capacity_note(c) for c in capacities] + [
+        f"- `ovs-appctl dpif-netdev/pmd-stats-show` lists the threads that "
+        f"poll the datapath's ports: {threads}. Veth ports are `system` ports, "
+        f"read through AF_PACKET sockets by the main thread, so one thread "
+        f"forwards the whole fabric, and ovs-vswitchd sits near one core as "
+        f"soon as traffic is steady — the more ports, the sooner. What it does "
+        f"not read in time is dropped by the kernel before OVS sees it: no "
+        f"upcall is lost."]
+    if flat_out:
+        notes.append(
+            f"- The sender was not the limit where its achieved rate matches "
+            f"the offered one: flat out, this one Python loop sends "
+            f"~{max(flat_out):,.0f} pkt/s.")
+    if missed:
+        notes.append(
+            f"- The health gate passed {len(missed)} of these rows although "
+            f"they lost ≥ {LOSSLESS:.0%}: a saturated datapath thread shows "
+            f"neither as lost upcalls nor as a machine above "
+            f"{BUSY_LIMIT:.0%} busy while the other core has room.")
+    return '\n\n'.join([
+        '### Packet capacity of the fabric',
+        COMMAND,
+        f"Unshaped fabrics (plain veths). One process sends "
+        f"{PROBE_FRAME_BYTES}-byte frames (the MTU, like a full MRC data "
+        f"packet: outer IPv6, inner IPv6 + UDP to port {UDP_PORT}, "
+        f"{PROBE_EVS} source ports) from one host's raw IPv6-in-IPv6 socket "
+        f"to another's on plane 1, alternating over every path's uSID carrier, "
+        f"paced for {capacities[0]['seconds']:g} s per row, and counts packets "
+        f"at both hosts' ports. packet-hops/s = delivered × switches per path. "
+        f"Ports: the datapath's switch ports. Machine CPU is the share of all "
+        f"{os.cpu_count()} cores busy; sender and ovs-vswitchd CPU are shares "
+        f"of one core. *Health gate*: the verdict the emulator-health check "
+        f"would give a trial with these counters.",
+        table, *notes,
+        f"![fabric packet capacity]({ctx.link(image)})"])
+
+
+def capacity_note(c: dict) -> str:
+    top, clean = peak(c), lossless(c)
+    slowest = min(c['points'], key=lambda p: p['entered_pps'])
+    return (f"- `{c['spec']}` ({c['ports']} ports), {c['src']} → {c['dst']} "
+            f"over {c['hops']} switches: at most "
+            f"~{top['packet_hops_per_s']:,.0f} packet-hops/s "
+            f"({top['delivered_pps']:,.0f} pkt/s)" + (
+                f", loss-free (< {LOSSLESS:.0%}) up to "
+                f"~{clean['packet_hops_per_s']:,.0f}" if clean else '') +
+            f"; ovs-vswitchd used {slowest['vswitchd_cpu']:.0%} of a core "
+            f"already at {slowest['entered_pps']:,.0f} pkt/s.")
+
+
+def plot_capacity(path: Path, capacities: list[dict]) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    top = max(p['entered_pps'] for c in capacities for p in c['points'])
+    ax.plot([0, top], [0, top], '--', color='grey', label='no loss')
+    for c in capacities:
+        points = sorted(c['points'], key=lambda p: p['entered_pps'])
+        ax.plot([p['entered_pps'] for p in points],
+                [p['delivered_pps'] for p in points], 'o-',
+                label='%s, %d switch hops' % (c['spec'], c['hops']))
+    ax.set_xlabel('packets/s entering the fabric (%d-byte frames)'
+                  % PROBE_FRAME_BYTES)
+    ax.set_ylabel('packets/s delivered')
+    ax.set_title('Unshaped fabrics: what the userspace datapath forwards')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return charts.save(fig, path)
+
+
+# -- 3. the endpoint core's packets/s ---------------------------------------
+
+def measure_endpoint(ctx: BenchContext) -> dict:
+    """Median of endpoint_core runs, while no fabric runs: the machine's run
+    lock keeps other fabrics (and their datapath thread) off the cores."""
+    size_mib, repeat = (2, 1) if ctx.quick else (32, 3)
+    lock = RunLock()
+    lock.acquire()
+    try:
+        result = {'size_mib': size_mib, 'runs': repeat}
+        for cc in ('none', 'nscc'):
+            runs = endpoint_core.measure(size_mib, repeat, cc)
+            result[cc] = {k: statistics.median(r[k] for r in runs)
+                          for k in runs[0]}
+            result[cc]['best_pps'] = max(r['total_pps'] for r in runs)
+            ctx.say(KEY, 'endpoint core, CC %s: %.0f pkt/s (best %.0f)' % (
+                cc, result[cc]['total_pps'], result[cc]['best_pps']))
+    finally:
+        lock.release()
+    return result
+
+
+def endpoint_text(endpoint: dict) -> str:
+    table = md_table(
+        ['congestion control', 'data pkt/s', 'SACK/s', 'packets/s',
+         'best run', 'payload'],
+        [(label, f"{r['data_pps']:,.0f}", f"{r['sack_pps']:,.0f}",
+          f"{r['total_pps']:,.0f}", f"{r['best_pps']:,.0f} pkt/s",
+          f"{r['mib_s']:.0f} MiB/s")
+         for label, r in (('none', endpoint['none']),
+                          ('NSCC', endpoint['nscc']))])
+    return '\n\n'.join([
+        '### Endpoint packets/s per core',
+        COMMAND,
+        f"The sans-IO endpoint core (`bench/endpoint_core.py`): one "
+        f"{endpoint['size_mib']} MiB WRITE between two QPs in one process over "
+        f"the in-process loopback, 2 planes × 4 paths, no loss; every packet "
+        f"encoded, CRC-checked, decoded, placed and acknowledged. Median (and "
+        f"best) of {endpoint['runs']} run(s) after a warm-up, taken while "
+        f"holding the testbed's run lock, so no fabric ran meanwhile; other "
+        f"work on the machine still shows in the spread.",
+        table,
+        "- Both ends of the protocol share one Python thread, so this is one "
+        "core's worth, bounded by Python's per-call overhead. An emulated run "
+        "drives all its hosts' endpoints from one such thread, which also "
+        "makes every socket system call: this is its ceiling, whatever the "
+        "number of cores."])
+
+
+# -- 4. where fidelity stops ------------------------------------------------
+
+def measure_fidelity(ctx: BenchContext) -> list[dict]:
+    rates = (10.0,) if ctx.quick else FIDELITY_RATES
+    rows = []
+    for rate in rates:
+        size_mb = 0.3 if ctx.quick else \
+            TRIAL_IDEAL_S * FIDELITY_PLANES * rate / 8
+        row = fidelity_trial(ctx, rate, size_mb)
+        rows.append(row)
+        ctx.say(KEY, 'fidelity %g Mbit/s: %.0f%% of ideal, machine %.0f%% '
+                'busy, endpoint %.0f%% and ovs-vswitchd %.0f%% of a core, %s '
+                'after %d attempt%s' % (
+                    rate, 100 * row['fraction'],
+                    100 * row['health']['machine_cpu_busy'],
+                    100 * row['health']['endpoint_process_cpu'],
+                    100 * row['vswitchd_cpu'],
+                    'trusted' if row['trusted'] else 'NOT trusted',
+                    row['attempts'], 's' if row['attempts'] > 1 else ''))
+    return rows
+
+
+def fidelity_trial(ctx: BenchContext, rate: float, size_mb: float) -> dict:
+    """One MRC permutation; run_trial re-runs saturated attempts, and the
+    last attempt's health is what this sweep is after. ovs-vswitchd's CPU
+    is averaged over every attempt."""
+    ideal_s = size_mb * 8 / (FIDELITY_PLANES * rate)
+    with FabricNet(fabric_spec(FIDELITY_TOPOLOGY, rate)) as fab:
+        sc = scenario('bench-emulator-scale', FIDELITY_TOPOLOGY, rate, {
+            'type': 'permutation', 'hosts': FIDELITY_HOSTS,
+            'size_mb': size_mb}, duration_s=3 * ideal_s + 2, seed=500)
+        cpu0, t0 = vswitchd_cpu_s(), time.monotonic()
+        trial = run_trial(ctx, KEY, fab, sc, 'mrc', '%g Mbit/s' % rate, 0)
+        vswitchd = (vswitchd_cpu_s() - cpu0) / (time.monotonic() - t0)
+        flows = trial.run.flows
+        hops = statistics.mean(len(fab.plan.paths(f.src, f.dst, 1)[0].switches)
+                               for f in flows)
+    ends = [f.finished if f.finished is not None else trial.run.elapsed_s
+            for f in flows]
+    makespan = max(max(ends) - min(f.started for f in flows), 1e-9)
+    delivered = sum(f.delivered for f in flows)
+    sent_packets = (delivered + trial.run.retransmitted_bytes) / MRC_PAYLOAD
+    ideal_bps = len(FIDELITY_HOSTS) * FIDELITY_PLANES * rate * 1e6
+    return {'rate_mbit': rate, 'size_mb': size_mb, 'hops': hops,
+            'ideal_mbit': ideal_bps / 1e6,
+            'offered_packet_hops': ideal_bps / (MRC_FRAME_BYTES * 8) * hops,
+            'fraction': delivered * 8 / makespan / ideal_bps,
+            'data_packet_hops': sent_packets / makespan * hops,
+            'makespan_s': makespan,
+            'completed': all(f.status == 'done' for f in flows),
+            'vswitchd_cpu': vswitchd, 'attempts': trial.attempts,
+            'trusted': trial.trusted, 'health': trial.health}
+
+
+def fidelity_text(rows: list[dict], capacities: list[dict],
+                  endpoint: dict) -> str:
+    sacks_per_data = endpoint['none']['sack_pps'] / endpoint['none']['data_pps']
+    table = md_table(
+        ['link rate', f"ideal ({len(FIDELITY_HOSTS)} × {FIDELITY_PLANES} × rate)",
+         'offered data packet-hops/s',
+         'achieved data packet-hops/s', 'goodput / ideal', 'machine CPU',
+         'endpoint CPU', 'ovs-vswitchd CPU', 'lost upcalls', 'attempts',
+         'verdict'],
+        [(f"{r['rate_mbit']:g} Mbit/s", f"{r['ideal_mbit']:g} Mbit/s",
+          f"{r['offered_packet_hops']:,.0f}", f"{r['data_packet_hops']:,.0f}",
+          f"{r['fraction']:.0%}", f"{r['health']['machine_cpu_busy']:.0%}",
+          f"{r['health']['endpoint_process_cpu']:.0%}",
+          f"{r['vswitchd_cpu']:.0%}", r['health']['ovs_lost_upcalls'],
+          r['attempts'], 'trusted' if r['trusted'] else
+          'rejected: ' + '; '.join(r['health']['reasons']))
+         for r in rows])
+    fat_tree = [c for c in capacities if c['spec'] == FIDELITY_TOPOLOGY]
+    return '\n\n'.join([
+        '### Where fidelity stops',
+        COMMAND,
+        f"MRC permutation traffic among the {len(FIDELITY_HOSTS)} hosts of "
+        f"pods 0 and 2 of `{FIDELITY_TOPOLOGY}` (every flow crosses the core: "
+        f"{rows[0]['hops']:g} switches per path), one fabric per link rate, "
+        f"each sender moving what it could move in {TRIAL_IDEAL_S:g} s at line "
+        f"rate. Ideal: every sender at its NIC rate ({FIDELITY_PLANES} planes × "
+        f"link rate); MRC's payload ceiling is "
+        f"{MRC_PAYLOAD / MRC_FRAME_BYTES:.1%} of it. Offered packet-hops count "
+        f"data packets at line rate ({MRC_FRAME_BYTES}-byte frames) × switches "
+        f"per path, achieved ones what was sent (payload and retransmissions "
+        f"over {MRC_PAYLOAD}-byte packets) in the time the flows ran; SACKs "
+        f"add {sacks_per_data:.2f} small packets per data packet on the way "
+        f"back. ovs-vswitchd CPU is over the whole trial. A trial flagged "
+        f"saturated is re-run up to 3 times; the table shows the last "
+        f"attempt.",
+        table,
+        verdict_paragraph(rows, fat_tree[0] if fat_tree else None,
+                          sacks_per_data),
+        bigger_machine_paragraph(capacities, endpoint, rows)])
+
+
+def verdict_paragraph(rows: list[dict], fat_tree: dict | None,
+                      sacks_per_data: float) -> str:
+    base = rows[0]
+    short = fell_short(rows)
+    if not short:
+        return (f"**Where the 2-core emulator stops being faithful.** MRC kept "
+                f"{base['fraction']:.0%} of ideal or more up to "
+                f"{rows[-1]['rate_mbit']:g} Mbit/s per link "
+                f"(~{rows[-1]['offered_packet_hops']:,.0f} data packet-hops/s "
+                f"offered): this sweep did not reach the emulator's limit.")
+    first = short[0]
+    kept = rows[:rows.index(first)]      # the lowest rate at least
+    budget = kept[-1]['offered_packet_hops']
+    with_sacks = 1 + sacks_per_data
+    carried = max(r['data_packet_hops'] for r in rows)
+    bare = (f"; the bare fat-tree forwards ~{lossless(fat_tree)['packet_hops_per_s']:,.0f} "
+            f"packet-hops/s without loss (capacity table)"
+            if fat_tree and lossless(fat_tree) else '')
+    trusted = [r for r in short if r['trusted']]
+    return ' '.join([
+        f"**Where the 2-core emulator stops being faithful.** At "
+        f"{base['rate_mbit']:g} Mbit/s per link MRC moved "
+        f"{base['fraction']:.0%} of ideal in these short trials (the slowest "
+        f"of 8 flows sets the time)"
+        + (f", and about as much up to {kept[-1]['rate_mbit']:g} Mbit/s "
+           f"(~{budget:,.0f} data packet-hops/s offered)"
+           if len(kept) > 1 else '') +
+        f"; at {first['rate_mbit']:g} Mbit/s "
+        f"(~{first['offered_packet_hops']:,.0f}) it fell to "
+        f"{first['fraction']:.0%}, and to {rows[-1]['fraction']:.0%} at "
+        f"{rows[-1]['rate_mbit']:g} Mbit/s. The emulator carried at most "
+        f"~{carried:,.0f} data packet-hops/s of this traffic, "
+        f"~{carried * with_sacks:,.0f} with the SACKs{bare}. The same two "
+        f"cores also run the endpoint loop and the kernel's shaping and host "
+        f"stacks, and ovs-vswitchd took "
+        f"{min(r['vswitchd_cpu'] for r in rows):.0%}–"
+        f"{max(r['vswitchd_cpu'] for r in rows):.0%} of a core at every rate.",
+        f"On this machine, keep senders × planes × link rate ÷ frame size × "
+        f"switches per path under ~{budget:,.0f} data packet-hops/s "
+        f"(~{budget * with_sacks:,.0f} with the SACKs) and read a lower goodput above it as the "
+        f"emulator's limit, not the transport's.",
+        gate_sentence(trusted, short)])
+
+
+def fell_short(rows: list[dict]) -> list[dict]:
+    """The rates whose goodput fell below KEPT_UP of the lowest rate's."""
+    return [r for r in rows if r['fraction'] < KEPT_UP * rows[0]['fraction']]
+
+
+def gate_sentence(trusted: list[dict], short: list[dict]) -> str:
+    if not trusted:
+        return ('The emulator-health gate flagged every trial past that '
+                'point: those results are reported as rejected.')
+    busiest = max(r['health']['machine_cpu_busy'] for r in trusted)
+    endpoint = max(r['health']['endpoint_process_cpu'] for r in trusted)
+    return (f"The emulator-health gate trusted {len(trusted)} of those "
+            f"{len(short)} trials (machine at most {busiest:.0%} busy, endpoint "
+            f"at most {endpoint:.0%} of a core, no lost upcalls): its limits — "
+            f"{BUSY_LIMIT:.0%} of the machine, {PROCESS_LIMIT:.0%} of one core, "
+            f"any lost upcall — are not reached when two busy threads and the "
+            f"kernel share two cores, and the datapath drops what it cannot "
+            f"read before any upcall. On 2 cores the gate does not catch this "
+            f"saturation; the goodput column does.")
+
+
+def contention(short: list[dict]) -> str:
+    """How busy the machine was where goodput fell, and what the two
+    busiest users of it got."""
+    if not short:
+        return ''
+    busy = [r['health']['machine_cpu_busy'] for r in short]
+    share = max(max(r['health']['endpoint_process_cpu'], r['vswitchd_cpu'])
+                for r in short)
+    return (f": where goodput fell above, the machine was {min(busy):.0%}–"
+            f"{max(busy):.0%} busy and neither the endpoint loop nor "
+            f"ovs-vswitchd got more than {share:.0%} of a core")
+
+
+def bigger_machine_paragraph(capacities: list[dict], endpoint: dict,
+                             rows: list[dict]) -> str:
+    threads = ' and '.join(capacities[0]['datapath_threads']) or 'one thread'
+    by_ports = sorted(capacities, key=lambda c: c['ports'])
+    trend = (f" Its ceiling also falls as the fabric grows: "
+             f"~{peak(by_ports[0])['packet_hops_per_s']:,.0f} packet-hops/s "
+             f"with {by_ports[0]['ports']} ports, "
+             f"~{peak(by_ports[-1])['packet_hops_per_s']:,.0f} with "
+             f"{by_ports[-1]['ports']}, consistent with one thread serving "
+             f"every port."
+             if len(by_ports) > 1 else '')
+    nscc = endpoint['nscc']
+    return (f"**What a bigger machine buys.** The datapath here is polled by "
+            f"its {threads} only, so more cores do not raise the fabric's ceiling "
+            f"as the testbed builds it today; a faster core raises it about in "
+            f"proportion.{trend} More cores would stop the datapath thread, "
+            f"the endpoint loop and the kernel (HTB shaping, SRv6 "
+            f"decapsulation, the hosts' sockets) from taking turns on two "
+            f"cores{contention(fell_short(rows))}. Going past one "
+            f"datapath thread would need ports that PMD threads poll (this OVS "
+            f"build offers `afxdp` interfaces; the userspace datapath runs one "
+            f"PMD thread per core of `pmd-cpu-mask`) — not tried here. The "
+            f"endpoint side does not scale with cores at all: one run is one "
+            f"Python thread for all its hosts, ~{nscc['total_pps']:,.0f} "
+            f"packets/s with NSCC on one core (measured above, before any "
+            f"socket system call), ~{nscc['mib_s']:.0f} MiB/s of payload for "
+            f"the whole run whatever the core count.")
