@@ -6,8 +6,9 @@
 Prints one row per fabric (median of --repeat runs) and checks after each
 teardown that nothing of ours is left. Memory is the machine's in-use memory
 (MemTotal - MemAvailable, less the per-CPU free lists) and ovs-vswitchd's
-resident set, from just before the build to once the fabric is ready. Not a test: the machine is shared and
-noisy, so these are figures to read, not thresholds to assert.
+resident set, from just before the build to once the fabric is ready. Not a
+test: the machine is shared and noisy, so these are figures to read, not
+thresholds to assert.
 `measure()` is also the build part of `mrc-testbed bench`'s emulator-scale
 section.
 """
