@@ -1,13 +1,14 @@
 """Section 1, load balance: permutation traffic on a fat-tree, achieved
 goodput as a fraction of the ideal, per transport.
 
-Two fabrics, each offered 48 Mbit/s at 3 Mbit/s per link (at 5 Mbit/s the
-endpoint loop neared a core for 16 hosts, see the scale section):
-- one plane, all 16 hosts: a single-path transport loses only to hash
-  collisions (two flows on one core link), the effect behind the
-  announced "about 60% to 92%" utilisation;
-- two planes, the 8 hosts of pods 0 and 2: a single-path QP also uses only
-  one of its host's two NIC ports.
+The 8 hosts of pods 0 and 2 at 3 Mbit/s per link, on two fabrics (16 hosts
+put the one-thread endpoint loop past the health gate's limit even at
+3 Mbit/s):
+- one plane: a single-path transport loses only to hash collisions (two
+  flows on one core link), the effect behind the announced "about 60% to
+  92%" utilisation;
+- two planes: a single-path QP also uses only one of its host's two NIC
+  ports.
 Every flow crosses the core; the fat-tree is non-blocking, so the ideal is
 every sender at its NIC's full rate (planes x link rate).
 """
@@ -41,9 +42,8 @@ class Variant:
 
 
 VARIANTS = (
-    Variant('1 plane, 16 hosts', 'fattree,k=4,planes=1',
-            tuple('h%d' % n for n in range(1, 17))),
-    Variant('2 planes, 8 hosts', 'fattree,k=4,planes=2', tuple(PODS_0_AND_2)),
+    Variant('1 plane', 'fattree,k=4,planes=1', tuple(PODS_0_AND_2)),
+    Variant('2 planes', 'fattree,k=4,planes=2', tuple(PODS_0_AND_2)),
 )
 
 
