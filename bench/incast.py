@@ -26,6 +26,19 @@ def workloads(size_mb: float) -> dict[str, dict]:
             LOADED: {'type': 'incast', 'fan_in': 7, 'receiver': 'h1',
                      'size_mb': size_mb, 'victim': dict(VICTIM)}}
 
+# Read after the section's figures in BENCHMARKS.md.
+LIMITS = '''**What limits these figures.** Alone, the victim runs at line rate less
+headers: both planes for MRC, one path for the others. With the incast it
+shares the aggregation-to-edge links with seven flows converging on h1. MRC
+keeps most of its rate: it sprays over every path of both planes and its
+congestion control keeps those queues short. Our RC baseline runs the same
+NSCC code on one path (this testbed has no DCQCN, so the paper's 25–75%
+loss for DCQCN is not reproduced as such); sharing a queue with incast flows
+pinned to the same link costs it most of its rate, and half of its incast
+trials did not finish within 30 s. Kernel TCP (CUBIC) lands in between. The
+incast cannot finish before h1's two ports have taken 7 MB; *spread* is how
+far apart its flows finished.'''
+
 
 def run(ctx: BenchContext) -> SectionResult:
     size_mb = 0.2 if ctx.quick else 1.0

@@ -3,6 +3,7 @@ in the order it ran."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import platform
 import subprocess
@@ -46,6 +47,8 @@ def command(args: argparse.Namespace) -> str:
         parts.append('--sections ' + ','.join(args.sections))
     if args.out is not None:
         parts.append('--out %s' % args.out)
+    if getattr(args, 'resume', None) is not None:
+        parts.append('--resume %s' % args.resume)
     return ' '.join(parts)
 
 
@@ -79,10 +82,17 @@ def write_report(path: Path, results: Sequence[SectionResult], started: str,
         'Sections: ' + ', '.join('[%s](#%s)' % (r.title, anchor(i, r.title))
                                  for i, r in enumerate(results, 1)),
     ]
-    body = ['## %d. %s\n\n%s' % (i, r.title, r.markdown.strip())
+    body = ['## %d. %s\n\n%s%s' % (i, r.title, r.markdown.strip(), limits(r.key))
             for i, r in enumerate(results, 1)]
     path.write_text('\n'.join(head) + '\n\n' + '\n\n'.join(body) + '\n')
     return path
+
+
+def limits(key: str) -> str:
+    """The section's own explanation of what bounds its figures, if it
+    keeps it apart from the figures (section 5 writes it from them)."""
+    text = getattr(importlib.import_module('bench.' + key), 'LIMITS', '')
+    return '\n\n' + ' '.join(text.split()) if text else ''
 
 
 def anchor(index: int, title: str) -> str:

@@ -122,6 +122,9 @@ def _vswitchd_pid() -> int | None:
         return None
 
 
+EXIT_WAIT_S = 180.0
+
+
 def _stop_vswitchd() -> None:
     """Ask ovs-vswitchd to exit and wait until it has: ovs-ctl refuses to
     start a second one while the first still holds its pidfile. (Exiting
@@ -130,10 +133,14 @@ def _stop_vswitchd() -> None:
     pid = _vswitchd_pid()
     subprocess.run(['ovs-appctl', '-t', 'ovs-vswitchd', 'exit'],
                    capture_output=True, timeout=60, check=False)
-    deadline = time.monotonic() + 30
+    # ~10 ms a port: a k=8 four-plane fat-tree's 3,072 ports take 31 s
+    deadline = time.monotonic() + EXIT_WAIT_S
     while pid and os.path.exists('/proc/%d' % pid):
         if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break                    # it exited meanwhile
         time.sleep(0.02)
 
 

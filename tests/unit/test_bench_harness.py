@@ -58,3 +58,17 @@ def test_recovery_after_capacity_loss_uses_what_is_left() -> None:
     goodput = [10.0] * 100 + [5.0] * 100
     assert recovery_time(goodput, 0.01, 1.0) is None
     assert recovery_time(goodput, 0.01, 1.0, fraction=0.45) == 0.0
+
+
+def test_a_stopped_run_resumes_with_what_it_finished(tmp_path) -> None:
+    from bench.__main__ import keep, resumed
+    from bench.harness import SectionResult
+    keep(tmp_path, SectionResult('failover', 'Failover', '| a |\n', {'n': 1},
+                                 12.5), '2026-11-29 22:35 UTC')
+    raw, started, results = resumed(tmp_path)
+    assert (raw, started) == (tmp_path, '2026-11-29 22:35 UTC')
+    [back] = results
+    assert (back.key, back.title, back.markdown, back.data, back.seconds) == \
+        ('failover', 'Failover', '| a |\n', {'n': 1}, 12.5)
+    with pytest.raises(SystemExit, match='no sections.json'):
+        resumed(tmp_path / 'elsewhere')
