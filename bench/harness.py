@@ -10,7 +10,6 @@ reported as such, never as a number.
 """
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -183,10 +182,6 @@ def retried_note(trials: Sequence[Trial]) -> str:
     again = sum(t.attempts - 1 for t in trials)
     return '' if not again else ' (%d trial%s re-run after a saturated ' \
         'attempt)' % (again, 's' if again > 1 else '')
-
-
-def seeded(section: str, rep: int) -> random.Random:
-    return random.Random('%s/%d' % (section, rep))
 
 
 def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
