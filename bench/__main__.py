@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         write_report(report, results, started, args,
                      raw.relative_to(out) if raw.is_relative_to(out) else raw)
 
-    for key in [k for k in args.sections if k not in done]:
+    todo = [k for k in args.sections if k not in done]
+    for key in todo:
         ctx.say(key, 'starting')
         t0 = time.monotonic()
         result = importlib.import_module('bench.' + key).run(ctx)
@@ -95,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         ctx.say(key, 'done in %.0f s' % result.seconds)
         # after every section: a later one failing loses nothing measured
         write(results)
-    write(results)      # also when --resume found nothing left to run
+    if not todo:        # --resume found nothing left to run: rewrite it
+        write(results)
     ctx.say('bench', 'wrote %s and %s' % (report, raw))
     return 0
 
