@@ -64,10 +64,14 @@ class Terminal:
         returns what the CLI printed until it ended."""
         if keys == 'exit':
             self.child.sendline('exit')
+        elif keys == 'cc':
+            # As a person would: the second Ctrl-C after the first's notice.
+            # Two signals the process has not yet taken count as one.
+            self.child.sendcontrol('c')
+            self.child.expect_exact('Ctrl-C again', timeout=30)
+            self.child.sendcontrol('c')
         else:
-            for key in keys:
-                self.child.sendcontrol(key)
-                time.sleep(0.3)
+            self.child.sendcontrol(keys)
         self.child.expect(pexpect.EOF, timeout=120)
         self.child.close()
         self.screen += self.child.before
@@ -145,7 +149,9 @@ def test_a_session_paths_writes_faults_and_teardown(terminals):
     assert 'p1a0x0-p1c0 down' in term.run('fail p1a0x0-p1c0')
     write = term.run('write h1 h16 2M')
     assert "sha256 of h16's copy matches" in write
-    assert 'GOOD -> ASSUMED_BAD on p1e0x0 p1a0x0 p1c0' in write
+    # GOOD, or SKIP if the queue on that path had grown first.
+    assert re.search(r'EVs? (GOOD|SKIP) -> ASSUMED_BAD on p1e0x0 p1a0x0 '
+                     r'p1c0 ', write), write
     probed = term.run('paths h1 h16 --plane 1')
     assert 'h1 -> h16: 4 paths, 3 work' in probed
     assert re.search(r'NO\s+p1e0x0 p1a0x0 p1c0 ', probed)
