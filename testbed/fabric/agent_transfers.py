@@ -21,6 +21,7 @@ from pyroute2 import IPRoute
 from testbed.fabric.agents import AgentError, AgentHandle
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
+from testbed.nic.emulated_timescale import base_rtt_s
 
 WRITE_TIMEOUT_S = 300.0     # RC's retry budget on a dead path ends far sooner
 PROGRESS_EVERY_S = 0.2
@@ -111,10 +112,12 @@ class Transfers:
 
     def _connect(self, src: str, dst: str, transport: str) -> Connection:
         a, b = self.agent(src), self.agent(dst)
-        qa = a.call(cmd='create_qp', transport=transport)
-        qb = b.call(cmd='create_qp', transport=transport)
-        rate = {'link_rate_bps': self.link_rate_bps} if self.link_rate_bps \
-            else {}
+        # What the emulated timescale is sized on (none: no CC, floor timers)
+        rate = {'link_rate_bps': self.link_rate_bps, 'base_rtt_s': base_rtt_s(
+            self.link_rate_bps / len(self.fab.plan.planes),
+            self.fab.plan.longest_path_links)} if self.link_rate_bps else {}
+        qa = a.call(cmd='create_qp', transport=transport, **rate)
+        qb = b.call(cmd='create_qp', transport=transport, **rate)
         a.call(cmd='connect', qpn=qa['qpn'], remote=qb['info'],
                paths_by_plane=self._paths(src, dst), **rate)
         b.call(cmd='connect', qpn=qb['qpn'], remote=qa['info'],

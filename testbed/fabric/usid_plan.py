@@ -138,6 +138,14 @@ class FabricPlan:
             adj[link.b][link.a] = link.b_port
         return adj
 
+    @cached_property
+    def longest_path_links(self) -> int:
+        """Links a packet crosses host to host on the fabric's longest path
+        (our fabrics are symmetric: the first host is as far as any)."""
+        first, plane = self.hosts[0], self.planes[0]
+        return max((len(self.paths(first, h, plane)[0].switches) + 1
+                    for h in self.hosts[1:]), default=2)
+
     def neighbours(self, switch: str) -> dict[str, int]:
         return self._adjacency[switch]
 

@@ -8,11 +8,12 @@ It reads one JSON command per line on stdin and writes one JSON event per
 line on stdout, so scenarios and the CLI drive it without sharing memory:
 
     {"cmd": "register_mr", "size": 1048576}            -> {"event": "mr", "rkey": ..}
-    {"cmd": "create_qp", "transport": "mrc"}            -> {"event": "qp", "info": {..}}
+    {"cmd": "create_qp", "transport": "mrc",
+     "link_rate_bps": R, "base_rtt_s": T}              -> {"event": "qp", "info": {..}}
     {"cmd": "connect", "qpn": Q, "remote": {..info..},
      "paths_by_plane": {"1": [carrier, ..]},
      "pinned_path": [plane, carrier],
-     "link_rate_bps": R}                                -> {"event": "connected"}
+     "link_rate_bps": R, "base_rtt_s": T}              -> {"event": "connected"}
     {"cmd": "post_recv", "qpn": Q, "wr_id": 7}          -> {"event": "posted"}
     {"cmd": "post_write", "qpn": Q, "size": N, "rkey": R,
      "remote_offset": 0, "imm": 5, "wr_id": 1, "seed": S} -> {"event": "posted", "sha256": ..}
@@ -40,7 +41,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from testbed.nic.emulated_timescale import emulated_qp_attrs
+from testbed.nic.emulated_timescale import PROCESSING_RTT_S, emulated_qp_attrs
 from testbed.nic.endpoint import Endpoint, bring_up
 from testbed.nic.ev_table import EvEvent
 from testbed.nic.socket_runtime import AddressBook, SocketRuntime
@@ -103,7 +104,7 @@ class Agent:
         # The emulator's timers (packet and probe timeouts, SKIP target):
         # the hardware defaults read every emulated path as dead.
         qp = self.endpoint.create_qp(c.get('transport', 'mrc'),
-                                     config=emulated_qp_attrs()['config'])
+                                     config=self._attrs(c)['config'])
         return {'event': 'qp', 'qpn': qp.qpn, 'info': qp.local_info()}
 
     def cmd_connect(self, c: dict) -> dict:
@@ -111,11 +112,16 @@ class Agent:
         paths = {int(p): list(v) for p, v in c['paths_by_plane'].items()}
         # With the rate the QP can reach (planes x shaped link rate), NSCC
         # keeps shaped queues short; without it only the MPR window bounds.
-        attrs = emulated_qp_attrs(c.get('link_rate_bps'))
+        attrs = self._attrs(c)
         if c.get('pinned_path'):
             attrs['pinned_path'] = (int(c['pinned_path'][0]), c['pinned_path'][1])
         bring_up(qp, c['remote'], paths, **attrs)
         return {'event': 'connected', 'qpn': qp.qpn}
+
+    @staticmethod
+    def _attrs(c: dict) -> dict:
+        return emulated_qp_attrs(c.get('link_rate_bps'),
+                                 c.get('base_rtt_s', PROCESSING_RTT_S))
 
     def cmd_post_recv(self, c: dict) -> dict:
         self.endpoint.qp(int(c['qpn'])).post_recv(int(c.get('wr_id', 0)))

@@ -7,6 +7,12 @@ queueing under load, so those defaults read every path as congested or dead
 (measured: a 2 MB write on a healthy 2-plane fat-tree ended in
 RETRY_EXC_ERR after ~69k probe timeouts). These values fit the emulator;
 pass them to `bring_up` / `connect` (they are plain overrides).
+
+The timers were tuned on the default scenario's fabric (a 10 Mbit/s
+fat-tree, base RTT 18 ms). A slower fabric stretches every RTT, because
+each hop stores and forwards whole frames, so its timers stretch in
+proportion: at 1.5 Mbit/s fixed ones read busy paths as dead (1,135 packet
+and 8,478 probe timeouts in one 8-host permutation).
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from typing import Any
 
 from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.nscc import NSCC_ALGORITHM, CcProfile, NsccConfig
+from testbed.nic.qp_state import timeout_seconds
 from testbed.nic.transport_config import TransportConfig
 
 SKIP_QUEUEING_TARGET_S = 0.05
@@ -21,6 +28,10 @@ PACKET_TIMEOUT_S = 0.2
 PROBE_TIMEOUT_S = 0.1
 PROBE_INTERVAL_S = 0.1 # per ASSUMED_BAD EV: at 20 ms, 32 dead EVs took a fifth
                        # of a 10 Mbit/s port with probes
+ACK_TIMEOUT_S = timeout_seconds(14)   # 16.8 ms: the QP's retry timer, a
+                       # quick backstop when little is in flight (unstretched
+                       # on a 3 Mbit/s fabric it fired 701 times in one
+                       # permutation, each time demoting a healthy EV)
 MPR_UNITS = 2          # 256 PSNs in flight: the userspace datapath drops
                        # bursts much larger than its socket buffers
 ACTIVE_EVS = 32        # hardware keeps 128-256 EVs against a BDP of hundreds of packets;
@@ -28,25 +39,46 @@ ACTIVE_EVS = 32        # hardware keeps 128-256 EVs against a BDP of hundreds of
                        # kills a quarter of them cost more lost packets than the whole
                        # window, so NSCC's per-loss cut collapsed it to one packet and
                        # the dead EVs were then found one timeout at a time
-BASE_RTT_S = 0.01      # NSCC's base RTT: Python endpoints and the userspace
-                       # datapath add milliseconds even on an idle fabric
+PROCESSING_RTT_S = 0.01  # Python endpoints and the userspace datapath add
+                         # milliseconds to every RTT even on an idle fabric
+DATA_FRAME_BYTES = 1510  # a full MRC packet (1,368 payload bytes) on the wire
+SACK_FRAME_BYTES = 158   # a SACK with its timestamp echo on the wire
 
 
-def emulated_qp_attrs(link_rate_bps: float | None = None) -> dict[str, Any]:
-    """With `link_rate_bps` (what the QP can reach: planes x shaped rate),
-    NSCC keeps the shaped links' queues short; without it there is no
-    congestion control and only the MPR window bounds what is in flight
-    (measured on 1 plane x 20 Mbit/s: 63% of line rate with 36% of packets
-    retransmitted after queue-induced timeouts, against 91% and none with
-    NSCC)."""
+def base_rtt_s(link_rate_bps: float | None, path_links: int) -> float:
+    """NSCC's base RTT as UEC defines it: one full packet on the longest
+    path, and its SACK back. On shaped links each hop stores and forwards
+    the whole frame, so at 3 Mbit/s a fat-tree path (6 links) adds 27 ms
+    to the emulator's own 10 ms."""
+    if not link_rate_bps:
+        return PROCESSING_RTT_S
+    return PROCESSING_RTT_S + path_links * (
+        DATA_FRAME_BYTES + SACK_FRAME_BYTES) * 8 / link_rate_bps
+
+
+# The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
+TUNED_RTT_S = base_rtt_s(10e6, 6)
+
+
+def emulated_qp_attrs(link_rate_bps: float | None = None,
+                      rtt_s: float = PROCESSING_RTT_S) -> dict[str, Any]:
+    """QP attributes for a fabric whose base RTT is `rtt_s` (`base_rtt_s`).
+
+    With `link_rate_bps` (what the QP can reach: planes x shaped rate) NSCC
+    keeps the shaped links' queues short; without it there is no congestion
+    control and only the MPR window bounds what is in flight (measured on 1
+    plane x 20 Mbit/s: 63% of line rate with 36% of packets retransmitted
+    after queue-induced timeouts, against 91% and none with NSCC)."""
+    stretch = max(1.0, rtt_s / TUNED_RTT_S)
     cc = CcProfile() if link_rate_bps is None else CcProfile(
-        NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, BASE_RTT_S, 1500,
+        NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, rtt_s, 1500,
                                             trimming=False))
     return dict(
         cc_profile=cc,
-        config=TransportConfig(skip_queueing_target_s=SKIP_QUEUEING_TARGET_S,
-                               packet_timeout_s=PACKET_TIMEOUT_S,
-                               probe_timeout_s=PROBE_TIMEOUT_S),
+        config=TransportConfig(
+            skip_queueing_target_s=SKIP_QUEUEING_TARGET_S * stretch,
+            packet_timeout_s=PACKET_TIMEOUT_S * stretch,
+            probe_timeout_s=PROBE_TIMEOUT_S * stretch),
         ev_profile=EvTableConfig(active_count=ACTIVE_EVS,
-                                 probe_interval_s=PROBE_INTERVAL_S),
-        mpr=MPR_UNITS, mpr_dest=MPR_UNITS)
+                                 probe_interval_s=PROBE_INTERVAL_S * stretch),
+        mpr=MPR_UNITS, mpr_dest=MPR_UNITS, timeout_s=ACK_TIMEOUT_S * stretch)

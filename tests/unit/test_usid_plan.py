@@ -77,3 +77,12 @@ def test_json_round_trip(k4):
     assert again.switches == k4.switches
     assert again.host_ports == k4.host_ports
     assert again.paths('h1', 'h16', 1) == k4.paths('h1', 'h16', 1)
+
+
+@pytest.mark.parametrize('spec, links', [
+    ('fattree,k=4,planes=2', 6),                 # host, edge, agg, core, ...
+    ('leafspine,leaves=2,spines=2,hosts=1,planes=1', 4),
+    ('leafspine,leaves=1,spines=1,hosts=2,planes=1', 2),
+])
+def test_longest_path_links(spec, links):
+    assert plan(spec).longest_path_links == links

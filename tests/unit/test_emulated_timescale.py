@@ -1,0 +1,50 @@
+"""NSCC's parameters on the emulated timescale (no root needed)."""
+import pytest
+
+from testbed.fabric.topo_spec import parse_topo_spec
+from testbed.fabric.usid_plan import FabricPlan
+from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES,
+                                            PROCESSING_RTT_S, base_rtt_s,
+                                            emulated_qp_attrs)
+
+
+@pytest.mark.parametrize('spec, mbit', [
+    ('fattree,k=4,planes=2', 3), ('fattree,k=4,planes=1', 10),
+    ('leafspine,leaves=2,spines=2,hosts=1,planes=4', 20),
+])
+def test_the_window_covers_a_full_packet_on_every_link_of_the_longest_path(
+        spec, mbit):
+    # One QP must be able to keep every shaped port of every plane busy
+    # while its packets are stored and forwarded hop by hop (a window sized
+    # on the emulator's floor alone held a permutation to ~60%).
+    plan = FabricPlan.from_topo(parse_topo_spec(spec).build())
+    port_bps = mbit * 1e6
+    qp_bps = port_bps * len(plan.planes)
+    rtt = base_rtt_s(port_bps, plan.longest_path_links)
+    nscc = emulated_qp_attrs(qp_bps, rtt)['cc_profile'].nscc
+    one_packet_rtt = PROCESSING_RTT_S + plan.longest_path_links * \
+        DATA_FRAME_BYTES * 8 / port_bps
+    assert nscc.max_cwnd >= qp_bps / 8 * one_packet_rtt
+    # Queueing is what NSCC's target measures, not serialization.
+    assert nscc.target_delay_s == pytest.approx(rtt)
+
+
+def test_without_a_rate_the_base_rtt_is_the_emulator_floor():
+    assert base_rtt_s(None, 6) == PROCESSING_RTT_S
+    assert emulated_qp_attrs()['cc_profile'].nscc is None
+
+
+def timers(attrs):
+    c = attrs['config']
+    return (c.packet_timeout_s, c.probe_timeout_s, c.skip_queueing_target_s,
+            attrs['ev_profile'].probe_interval_s, attrs['timeout_s'])
+
+
+def test_timers_stretch_with_a_slower_fabric_and_only_then():
+    tuned = timers(emulated_qp_attrs(20e6, base_rtt_s(10e6, 6)))
+    assert tuned == timers(emulated_qp_attrs(40e6, base_rtt_s(20e6, 4)))
+    assert tuned[0] == 0.2 and tuned[4] == pytest.approx(0.0168, rel=0.01)
+    slow = timers(emulated_qp_attrs(6e6, base_rtt_s(3e6, 6)))
+    ratio = base_rtt_s(3e6, 6) / base_rtt_s(10e6, 6)
+    assert ratio > 2
+    assert slow == pytest.approx(tuple(t * ratio for t in tuned))
