@@ -21,7 +21,7 @@ from pyroute2 import IPRoute
 from testbed.fabric.agents import AgentError, AgentHandle
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
-from testbed.nic.emulated_timescale import base_rtt_s
+from testbed.nic.emulated_timescale import qp_reach
 
 WRITE_TIMEOUT_S = 300.0     # RC's retry budget on a dead path ends far sooner
 PROGRESS_EVERY_S = 0.2
@@ -68,11 +68,11 @@ class WriteResult:
 class Transfers:
     """Agents, QP pairs and writes on one running fabric."""
 
-    def __init__(self, fab: FabricNet, link_rate_bps: float | None) -> None:
+    def __init__(self, fab: FabricNet, port_rate_bps: float | None) -> None:
         self.fab = fab
-        # What one QP can reach (planes x shaped rate), for NSCC; None on
-        # unshaped links, where only the MPR window bounds a QP.
-        self.link_rate_bps = link_rate_bps
+        # The shaped rate NSCC is sized on; None on unshaped links, where
+        # only the MPR window bounds a QP.
+        self.port_rate_bps = port_rate_bps
         self.connections: dict[tuple[str, str, str], Connection] = {}
         self.labels: dict[tuple[str, int], str] = {}   # (host, qpn) -> text
         self._wr_ids = itertools.count(1)
@@ -112,10 +112,10 @@ class Transfers:
 
     def _connect(self, src: str, dst: str, transport: str) -> Connection:
         a, b = self.agent(src), self.agent(dst)
-        # What the emulated timescale is sized on (none: no CC, floor timers)
-        rate = {'link_rate_bps': self.link_rate_bps, 'base_rtt_s': base_rtt_s(
-            self.link_rate_bps / len(self.fab.plan.planes),
-            self.fab.plan.longest_path_links)} if self.link_rate_bps else {}
+        plan = self.fab.plan
+        rate = dict(zip(('link_rate_bps', 'base_rtt_s'), qp_reach(
+            transport, self.port_rate_bps, len(plan.planes),
+            plan.longest_path_links))) if self.port_rate_bps else {}
         qa = a.call(cmd='create_qp', transport=transport, **rate)
         qb = b.call(cmd='create_qp', transport=transport, **rate)
         a.call(cmd='connect', qpn=qa['qpn'], remote=qb['info'],

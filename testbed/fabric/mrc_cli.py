@@ -521,8 +521,7 @@ def run_cli(spec: TopoSpec) -> int:
         _start(fab)
         setLogLevel('output')       # FabricNet quiets Mininet; the CLI talks
         bw = spec.kwargs().get('bw')
-        transfers = Transfers(fab, bw * 1e6 * len(fab.plan.planes)
-                              if bw else None)
+        transfers = Transfers(fab, bw * 1e6 if bw else None)
         output('%s: %d hosts, %d switches, %d planes, built in %.1f s; MRC '
                'agents start on first use.\n%s' % (
                    spec, len(fab.plan.hosts), len(fab.plan.switches),

@@ -20,7 +20,7 @@ from typing import Any
 
 from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.nscc import NSCC_ALGORITHM, CcProfile, NsccConfig
-from testbed.nic.qp_state import timeout_seconds
+from testbed.nic.qp_state import RetryConfig
 from testbed.nic.transport_config import TransportConfig
 
 SKIP_QUEUEING_TARGET_S = 0.05
@@ -28,10 +28,14 @@ PACKET_TIMEOUT_S = 0.2
 PROBE_TIMEOUT_S = 0.1
 PROBE_INTERVAL_S = 0.1 # per ASSUMED_BAD EV: at 20 ms, 32 dead EVs took a fifth
                        # of a 10 Mbit/s port with probes
-ACK_TIMEOUT_S = timeout_seconds(14)   # 16.8 ms: the QP's retry timer, a
-                       # quick backstop when little is in flight (unstretched
-                       # on a 3 Mbit/s fabric it fired 701 times in one
-                       # permutation, each time demoting a healthy EV)
+# The QP's ACK (retry) timer runs at the packet timeout. At the hardware
+# value, 16.8 ms, it fired whenever a QP went a few packet times without a
+# SACK: 701 expiries in one 3 Mbit/s MRC permutation, each demoting a
+# healthy EV, and RC, queued behind another flow, resent go-back-N over and
+# over (22 MB retransmitted for 16 MB). Fewer backoff steps keep the time
+# from last progress to RETRY_EXC_ERR where the hardware value put it: 22
+# timeouts, 4.4 s on the tuned fabric.
+RETRY = RetryConfig(linear_cnt=7, exp_cnt=3)
 MPR_UNITS = 2          # 256 PSNs in flight: the userspace datapath drops
                        # bursts much larger than its socket buffers
 ACTIVE_EVS = 32        # hardware keeps 128-256 EVs against a BDP of hundreds of packets;
@@ -56,6 +60,16 @@ def base_rtt_s(link_rate_bps: float | None, path_links: int) -> float:
         DATA_FRAME_BYTES + SACK_FRAME_BYTES) * 8 / link_rate_bps
 
 
+def qp_reach(transport: str, port_rate_bps: float, planes: int,
+             path_links: int) -> tuple[float, float]:
+    """(the rate one QP can reach, the fabric's base RTT): what NSCC is
+    sized on. MRC sprays over every plane's NIC port; a pinned QP (RC,
+    ECMP) has one, and sized for all of them its window overfilled its one
+    path (an RC permutation at 3 Mbit/s fell to 3-8% of ideal)."""
+    ports = planes if transport == 'mrc' else 1
+    return port_rate_bps * ports, base_rtt_s(port_rate_bps, path_links)
+
+
 # The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
 TUNED_RTT_S = base_rtt_s(10e6, 6)
 
@@ -70,6 +84,7 @@ def emulated_qp_attrs(link_rate_bps: float | None = None,
     plane x 20 Mbit/s: 63% of line rate with 36% of packets retransmitted
     after queue-induced timeouts, against 91% and none with NSCC)."""
     stretch = max(1.0, rtt_s / TUNED_RTT_S)
+    packet_timeout = PACKET_TIMEOUT_S * stretch
     cc = CcProfile() if link_rate_bps is None else CcProfile(
         NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, rtt_s, 1500,
                                             trimming=False))
@@ -77,8 +92,9 @@ def emulated_qp_attrs(link_rate_bps: float | None = None,
         cc_profile=cc,
         config=TransportConfig(
             skip_queueing_target_s=SKIP_QUEUEING_TARGET_S * stretch,
-            packet_timeout_s=PACKET_TIMEOUT_S * stretch,
+            packet_timeout_s=packet_timeout,
             probe_timeout_s=PROBE_TIMEOUT_S * stretch),
         ev_profile=EvTableConfig(active_count=ACTIVE_EVS,
                                  probe_interval_s=PROBE_INTERVAL_S * stretch),
-        mpr=MPR_UNITS, mpr_dest=MPR_UNITS, timeout_s=ACK_TIMEOUT_S * stretch)
+        mpr=MPR_UNITS, mpr_dest=MPR_UNITS, timeout_s=packet_timeout,
+        retry=RETRY)

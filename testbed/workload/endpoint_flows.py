@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
-from testbed.nic.emulated_timescale import base_rtt_s, emulated_qp_attrs
+from testbed.nic.emulated_timescale import emulated_qp_attrs, qp_reach
 from testbed.nic.endpoint import Endpoint, connect
 from testbed.nic.memory import MemoryRegion
 from testbed.nic.outgoing import Outgoing
@@ -54,10 +54,9 @@ class EndpointFlows:
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
         self.runtime = SocketRuntime(self.book, tap=self._count)
-        # NSCC is sized for what one QP can reach: every plane at line rate.
-        self.attrs = emulated_qp_attrs(
-            link_rate_bps * len(plan.planes),
-            base_rtt_s(link_rate_bps, plan.longest_path_links))
+        self.attrs = emulated_qp_attrs(*qp_reach(
+            transport, link_rate_bps, len(plan.planes),
+            plan.longest_path_links))
         self.endpoints: dict[str, Endpoint] = {}
         self.connections: dict[tuple[str, str], Connection] = {}
         self.flows: dict[int, EndpointFlow] = {}
