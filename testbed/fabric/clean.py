@@ -93,10 +93,21 @@ def leftovers() -> dict[str, list]:
             'nft_tables': our_nft_tables(), 'workdirs': glob.glob(WORKDIR_GLOB)}
 
 
+def _ovs_up() -> bool:
+    """Open vSwitch running, started if need be: a teardown cut short can
+    leave ovsdb-server holding our bridges with ovs-vswitchd stopped, and
+    then nothing deletes them (ovs-vsctl waits for ovs-vswitchd)."""
+    try:
+        ovs.ensure_running()
+    except (RuntimeError, OSError):   # not installed, or will not start
+        return False
+    return True
+
+
 def clean() -> dict[str, int]:
     """Remove all of it; returns how many of each kind were removed."""
     removed = {'processes': kill_processes()}
-    bridges = ovs.list_bridges(ours_only=True) if ovs.running() else []
+    bridges = ovs.list_bridges(ours_only=True) if _ovs_up() else []
     ovs.delete_bridges(bridges, ovs_datapath())
     removed['bridges'] = len(bridges)
     links = our_links()

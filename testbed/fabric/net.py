@@ -17,7 +17,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -191,6 +194,10 @@ class FabricNet:
 
     def stop(self) -> None:
         """Fast, complete teardown; safe to call more than once."""
+        with _signals_held():
+            self._stop()
+
+    def _stop(self) -> None:
         t0 = time.monotonic()
         for agent in self.agents.values():
             agent.stop()   # an agent would keep its host's namespace alive
@@ -210,6 +217,29 @@ class FabricNet:
             shutil.rmtree(self.workdir, ignore_errors=True)
         self.lock.release()
         self.timings['teardown_s'] = time.monotonic() - t0
+
+
+TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """A signal during the teardown (the second Ctrl-C of an impatient
+    user) would stop it half way and leave bridges and links behind: it
+    takes effect once the teardown is done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield                      # only the main thread gets signals
+        return
+    held: list[int] = []
+    saved = {sig: signal.signal(sig, lambda signum, _: held.append(signum))
+             for sig in TEARDOWN_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _free_tcp_port() -> int:

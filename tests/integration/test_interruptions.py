@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.fabric import ovs
 from testbed.fabric.clean import leftovers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,9 +23,10 @@ def wait_for_fabric(timeout_s=60):
     raise AssertionError('the fabric never came up')
 
 
-@pytest.mark.parametrize('sig,code', [(signal.SIGINT, 130),
-                                      (signal.SIGTERM, 143)])
-def test_signal_mid_scenario_leaves_nothing(sig, code, tmp_path):
+@pytest.mark.parametrize('sig,code,times', [(signal.SIGINT, 130, 1),
+                                            (signal.SIGTERM, 143, 1),
+                                            (signal.SIGINT, 130, 3)])
+def test_signal_mid_scenario_leaves_nothing(sig, code, times, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, '-m', 'testbed.cli', 'run',
          'scenarios/link_failure_allreduce.yaml', '--quick',
@@ -33,7 +35,9 @@ def test_signal_mid_scenario_leaves_nothing(sig, code, tmp_path):
     try:
         wait_for_fabric()
         time.sleep(1.5)            # into the workload, faults pending
-        proc.send_signal(sig)
+        for _ in range(times):     # again and again: while it tears down
+            proc.send_signal(sig)
+            time.sleep(0.2)
         _out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -62,3 +66,25 @@ def test_sigkill_mid_scenario_then_clean_restores_a_spotless_machine(tmp_path):
                            capture_output=True, text=True, cwd=REPO)
     assert clean.returncode == 0, clean.stderr
     assert {k: v for k, v in leftovers().items() if v} == {}
+
+
+def test_clean_removes_our_bridges_when_ovs_vswitchd_was_left_stopped():
+    # What a teardown killed during its offline bridge deletion leaves.
+    subprocess.run(['ovs-vsctl', 'add-br', 'mrcclean0', '--', 'set', 'Bridge',
+                    'mrcclean0', 'external_ids:%s=1' % ovs.OWNER_KEY,
+                    'datapath_type=netdev'], check=True, timeout=30)
+    try:
+        subprocess.run(['ovs-appctl', '-t', 'ovs-vswitchd', 'exit'],
+                       check=True, timeout=60)
+        assert not ovs.running()
+        assert 'mrcclean0' in leftovers()['bridges']
+        clean = subprocess.run([sys.executable, '-m', 'testbed.cli', 'clean'],
+                               capture_output=True, text=True, cwd=REPO,
+                               timeout=120)
+        assert clean.returncode == 0, clean.stderr
+        assert ovs.running()
+        assert {k: v for k, v in leftovers().items() if v} == {}
+    finally:
+        ovs.ensure_running()
+        subprocess.run(['ovs-vsctl', '--timeout=10', '--if-exists', 'del-br',
+                        'mrcclean0'], timeout=30)
