@@ -24,14 +24,17 @@ def grouped_bars(path: Path, groups: Mapping[str, Mapping[str, Spread]],
     from the smallest to the largest repetition."""
     transports = list(dict.fromkeys(t for g in groups.values() for t in g))
     width = 0.8 / max(1, len(transports))
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for i, transport in enumerate(transports):
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for transport in transports:
         xs, mids, los, his = [], [], [], []
-        for g, (_, by_transport) in enumerate(groups.items()):
-            s = by_transport.get(transport)
-            if s is None or s.median is None:
+        for g, by_transport in enumerate(groups.values()):
+            shown = [t for t in transports if by_transport.get(t) is not None
+                     and by_transport[t].median is not None]
+            if transport not in shown:
                 continue
-            xs.append(g + (i - (len(transports) - 1) / 2) * width)
+            s = by_transport[transport]
+            i = shown.index(transport)      # a group's bars stay centred
+            xs.append(g + (i - (len(shown) - 1) / 2) * width)
             mids.append(s.median * scale)
             los.append((s.median - min(s.values)) * scale)
             his.append((max(s.values) - s.median) * scale)
@@ -43,7 +46,7 @@ def grouped_bars(path: Path, groups: Mapping[str, Mapping[str, Spread]],
     ax.set_xticks(range(len(groups)), list(groups))
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1))
     ax.grid(axis='y', alpha=0.3)
     return save(fig, path)
 

@@ -39,6 +39,8 @@ from testbed.fabric.net import FabricNet  # noqa: E402
 from testbed.fabric.netns import inside  # noqa: E402
 from testbed.fabric.run_lock import RunLock  # noqa: E402
 from testbed.fabric.topo_spec import parse_topo_spec  # noqa: E402
+from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES,  # noqa: E402
+                                            SACK_FRAME_BYTES)
 from testbed.nic.socket_runtime import (IPPROTO_IPV6_IN_IPV6,  # noqa: E402
                                         UDP_NO_CHECK6_RX)
 from testbed.nic.wire import (IPV6_HEADER_LEN, UDP_HEADER_LEN,  # noqa: E402
@@ -69,7 +71,7 @@ PROBE_MRC_BYTES = MTU - 2 * IPV6_HEADER_LEN - UDP_HEADER_LEN
 PROBE_EVS = 128             # distinct UDP source ports, like MRC's entropy values
 LOSSLESS = 0.01
 MRC_PAYLOAD = max_payload(MTU)          # 1,368 bytes per full data packet
-MRC_FRAME_BYTES = 1510      # a full data packet on the wire (no ImmDt header)
+MRC_FRAME_BYTES = DATA_FRAME_BYTES    # a full data packet on the wire
 
 FIDELITY_PLANES = 2
 FIDELITY_RATES = (2.5, 5.0, 10.0, 20.0, 40.0)
@@ -79,20 +81,24 @@ KEPT_UP = 0.9               # of the lowest rate's goodput / ideal
 
 
 def run(ctx: BenchContext) -> SectionResult:
-    machine = machine_facts()
     builds, skipped = measure_builds(ctx)
-    capacities = measure_capacity(ctx)
-    endpoint = measure_endpoint(ctx)
-    fidelity = measure_fidelity(ctx)
-    markdown = '\n\n'.join([
-        machine_text(machine),
-        builds_text(ctx, builds, skipped, machine),
-        capacity_text(ctx, capacities),
-        endpoint_text(endpoint),
-        fidelity_text(fidelity, capacities, endpoint)])
-    return SectionResult(KEY, 'Scale of the emulator', markdown, {
-        'machine': machine, 'builds': builds, 'skipped': skipped,
-        'capacity': capacities, 'endpoint': endpoint, 'fidelity': fidelity})
+    data = {'machine': machine_facts(), 'builds': builds, 'skipped': skipped,
+            'capacity': measure_capacity(ctx),
+            'endpoint': measure_endpoint(ctx),
+            'fidelity': measure_fidelity(ctx)}
+    return SectionResult(KEY, 'Scale of the emulator', markdown(ctx, data),
+                         data)
+
+
+def markdown(ctx: BenchContext, data: dict) -> str:
+    """The section's text and plots from its measurements (also from the
+    raw JSON of an earlier run)."""
+    return '\n\n'.join([
+        machine_text(data['machine']),
+        builds_text(ctx, data['builds'], data['skipped'], data['machine']),
+        capacity_text(ctx, data['capacity']),
+        endpoint_text(data['endpoint']),
+        fidelity_text(data['fidelity'], data['capacity'], data['endpoint'])])
 
 
 def machine_facts() -> dict:
@@ -599,7 +605,9 @@ def fidelity_text(rows: list[dict], capacities: list[dict],
         f"each sender moving what it could move in {TRIAL_IDEAL_S:g} s at line "
         f"rate. Ideal: every sender at its NIC rate ({FIDELITY_PLANES} planes × "
         f"link rate); MRC's payload ceiling is "
-        f"{MRC_PAYLOAD / MRC_FRAME_BYTES:.1%} of it. Offered packet-hops count "
+        f"{MRC_PAYLOAD / (MRC_FRAME_BYTES + SACK_FRAME_BYTES):.0%} of it (each "
+        f"link also carries the SACKs of a flow going the other way). "
+        f"Offered packet-hops count "
         f"data packets at line rate ({MRC_FRAME_BYTES}-byte frames) × switches "
         f"per path, achieved ones what was sent (payload and retransmissions "
         f"over {MRC_PAYLOAD}-byte packets) in the time the flows ran; SACKs "
@@ -616,7 +624,7 @@ def fidelity_text(rows: list[dict], capacities: list[dict],
 def verdict_paragraph(rows: list[dict], fat_tree: dict | None,
                       sacks_per_data: float) -> str:
     base = rows[0]
-    short = fell_short(rows)
+    short = past_the_limit(rows)
     if not short:
         return (f"**Where the 2-core emulator stops being faithful.** MRC kept "
                 f"{base['fraction']:.0%} of ideal or more up to "
@@ -641,8 +649,11 @@ def verdict_paragraph(rows: list[dict], fat_tree: dict | None,
            f"(~{budget:,.0f} data packet-hops/s offered)"
            if len(kept) > 1 else '') +
         f"; at {first['rate_mbit']:g} Mbit/s "
-        f"(~{first['offered_packet_hops']:,.0f}) it fell to "
-        f"{first['fraction']:.0%}, and to {rows[-1]['fraction']:.0%} at "
+        f"(~{first['offered_packet_hops']:,.0f}) "
+        + (f"it fell to {first['fraction']:.0%}" if fell_short(first, base)
+           else f"it still moved {first['fraction']:.0%}, but the health "
+           f"gate rejected the trial") +
+        f", and it fell to {rows[-1]['fraction']:.0%} at "
         f"{rows[-1]['rate_mbit']:g} Mbit/s. The emulator carried at most "
         f"~{carried:,.0f} data packet-hops/s of this traffic, "
         f"~{carried * with_sacks:,.0f} with the SACKs{bare}. The same two "
@@ -657,9 +668,16 @@ def verdict_paragraph(rows: list[dict], fat_tree: dict | None,
         gate_sentence(trusted, short)])
 
 
-def fell_short(rows: list[dict]) -> list[dict]:
-    """The rates whose goodput fell below KEPT_UP of the lowest rate's."""
-    return [r for r in rows if r['fraction'] < KEPT_UP * rows[0]['fraction']]
+def fell_short(row: dict, base: dict) -> bool:
+    return row['fraction'] < KEPT_UP * base['fraction']
+
+
+def past_the_limit(rows: list[dict]) -> list[dict]:
+    """The rates from the first one whose goodput fell below KEPT_UP of the
+    lowest rate's, or that the health gate rejected, on."""
+    first = next((i for i, r in enumerate(rows[1:], 1)
+                  if fell_short(r, rows[0]) or not r['trusted']), len(rows))
+    return rows[first:]
 
 
 def gate_sentence(trusted: list[dict], short: list[dict]) -> str:
@@ -708,7 +726,7 @@ def bigger_machine_paragraph(capacities: list[dict], endpoint: dict,
             f"proportion.{trend} More cores would stop the datapath thread, "
             f"the endpoint loop and the kernel (HTB shaping, SRv6 "
             f"decapsulation, the hosts' sockets) from taking turns on two "
-            f"cores{contention(fell_short(rows))}. Going past one "
+            f"cores{contention(past_the_limit(rows))}. Going past one "
             f"datapath thread would need ports that PMD threads poll (this OVS "
             f"build offers `afxdp` interfaces; the userspace datapath runs one "
             f"PMD thread per core of `pmd-cpu-mask`) — not tried here. The "

@@ -113,18 +113,17 @@ class Failure:
 # Read after the section's figures in BENCHMARKS.md.
 LIMITS = '''**What limits these figures.** MRC recovers when every entropy value
 crossing the failed element has timed out (per-packet timer 0.2 s on the
-emulated timescale, or the QP timer first when little is in flight) and
-NSCC has regrown the window: the bypass column, 20–30 RTTs. The paper's
-"few tens of microseconds" on hardware is of the same order in RTTs (a
-hardware RTT is a few microseconds); in milliseconds ours is set by the
-emulated timescale. RC has one path and no steering: it waits for the link
-(2 s) and then for its retry timer's backoff, and resends go-back-N from
-the oldest unacknowledged packet; TCP waits for the link and then for its
-doubling retransmission timeout, about 1.5 s more. A lost NIC port kills the
-RC QP (retry counter exceeded) and stalls TCP for good; MRC moves to the
-other plane and keeps about half, the capacity left, but finds the dead
-port only through timeouts (no port-status event is modelled), hence its
-slower recovery there.'''
+emulated timescale; the QP's ACK timer runs at the same value) and NSCC has
+regrown the window: the bypass column, 25–30 RTTs. The paper's "few tens of
+microseconds" on hardware is of the same order in RTTs (a hardware RTT is a
+few microseconds); in milliseconds ours is set by the emulated timescale.
+RC has one path and no steering: it waits for the link (2 s) and then for
+its retry timer, and resends go-back-N from the oldest unacknowledged
+packet; TCP waits for the link and then for its doubling retransmission
+timeout, about 1.5 s more. A lost NIC port kills the RC QP (retry counter
+exceeded) and stalls TCP for good; MRC moves to the other plane and keeps
+half, the capacity left, but finds the dead port only through timeouts (no
+port-status event is modelled).'''
 
 
 def run(ctx: BenchContext) -> SectionResult:

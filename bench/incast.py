@@ -29,15 +29,17 @@ def workloads(size_mb: float) -> dict[str, dict]:
 # Read after the section's figures in BENCHMARKS.md.
 LIMITS = '''**What limits these figures.** Alone, the victim runs at line rate less
 headers: both planes for MRC, one path for the others. With the incast it
-shares the aggregation-to-edge links with seven flows converging on h1. MRC
-keeps most of its rate: it sprays over every path of both planes and its
-congestion control keeps those queues short. Our RC baseline runs the same
-NSCC code on one path (this testbed has no DCQCN, so the paper's 25–75%
-loss for DCQCN is not reproduced as such); sharing a queue with incast flows
-pinned to the same link costs it most of its rate, and half of its incast
-trials did not finish within 30 s. Kernel TCP (CUBIC) lands in between. The
-incast cannot finish before h1's two ports have taken 7 MB; *spread* is how
-far apart its flows finished.'''
+shares the links into h1's edge switch with seven flows converging on h1.
+MRC and our RC baseline run the same NSCC, delay-based here (this machine
+has no ECN marking, and the fabric does not trim), and NSCC backs off only
+once queueing passes its target, one base RTT (26 ms at 5 Mbit/s): the
+victim's packets wait behind that much incast traffic, on every path for
+MRC and on its one path for RC. The paper's "victim unharmed" relies on ECN
+and trimming keeping those queues far shorter than an RTT. This testbed has
+no DCQCN, so the paper's 25–75% loss for DCQCN is not reproduced as such.
+Kernel TCP (CUBIC) lands near the top, with a wide spread. The incast
+cannot finish before h1's two ports have taken 7 MB; *spread* is how far
+apart its flows finished, tightest with MRC.'''
 
 
 def run(ctx: BenchContext) -> SectionResult:

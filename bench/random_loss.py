@@ -33,13 +33,13 @@ def faults(loss_pct: float, plan) -> list[dict]:
 LIMITS = '''**What limits these figures.** MRC acknowledges selectively and resends
 only what was lost, on other entropy values; NSCC takes one packet off the
 window per loss. With about 25 packets in flight here (10 Mbit/s, a few ms
-of RTT) a hole is refilled within an RTT, so MRC keeps nearly all its
+of RTT) a hole is refilled within an RTT, so MRC keeps most of its
 throughput; the paper's "about a third at 1%" is at hardware rates, where
 the window is thousands of packets and losses come far more often per RTT.
 RC resends go-back-N from every lost packet (see *retransmitted*), which is
-what makes RoCE unusable on hardware; with a small window here it costs 40%
-at 1%. Kernel TCP (SACK, CUBIC) on a single 10 Mbit/s path with a tiny
-bandwidth-delay product loses almost nothing either.'''
+what makes RoCE unusable on hardware; with a small window here it costs a
+fifth at 1%. Kernel TCP (SACK, CUBIC) on a single 10 Mbit/s path with a tiny
+bandwidth-delay product loses almost nothing.'''
 
 
 def run(ctx: BenchContext) -> SectionResult:

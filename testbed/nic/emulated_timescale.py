@@ -64,8 +64,8 @@ def qp_reach(transport: str, port_rate_bps: float, planes: int,
              path_links: int) -> tuple[float, float]:
     """(the rate one QP can reach, the fabric's base RTT): what NSCC is
     sized on. MRC sprays over every plane's NIC port; a pinned QP (RC,
-    ECMP) has one, and sized for all of them its window overfilled its one
-    path (an RC permutation at 3 Mbit/s fell to 3-8% of ideal)."""
+    ECMP) has one, and sized for all of them its window would be `planes`
+    times what its one path carries, all of it queued."""
     ports = planes if transport == 'mrc' else 1
     return port_rate_bps * ports, base_rtt_s(port_rate_bps, path_links)
 
@@ -78,7 +78,7 @@ def emulated_qp_attrs(link_rate_bps: float | None = None,
                       rtt_s: float = PROCESSING_RTT_S) -> dict[str, Any]:
     """QP attributes for a fabric whose base RTT is `rtt_s` (`base_rtt_s`).
 
-    With `link_rate_bps` (what the QP can reach: planes x shaped rate) NSCC
+    With `link_rate_bps` (what the QP can reach, `qp_reach`) NSCC
     keeps the shaped links' queues short; without it there is no congestion
     control and only the MPR window bounds what is in flight (measured on 1
     plane x 20 Mbit/s: 63% of line rate with 36% of packets retransmitted
