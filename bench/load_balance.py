@@ -74,13 +74,16 @@ flow's data and, the same way, another flow's SACKs (158 bytes on the wire
 per 1,510-byte data packet; the responder acknowledges every packet).
 Second, with 8 hosts every link on the way is loaded to the NIC rate, and
 sprayed packets of different flows meet in queues at every hop. At 3 Mbit/s
-a queued packet costs 4 ms per hop, a ninth of the base RTT (37 ms); on
-hardware a packet time is about a hundredth of it. NSCC caps a QP's window
-at 1.5 base-RTT BDPs, which cannot cover that much queueing. The *4 hosts*
-rows (one sender per edge switch, MRC only) leave the links past the edge
-switches half loaded, and MRC gets close to its ceiling. The emulator is not
-the limit: the health gate passed every trial counted, and the same
-permutation at 1.5 Mbit/s, half the packet rate, gives the same fraction.
+a queued packet costs 4 ms per hop, a ninth of the base RTT (37 ms), where
+on hardware a packet time is about a hundredth of it: the few packets of
+queueing per hop that hardware absorbs within an RTT add more than a base
+RTT here. In a probe outside this run, MRC's QPs sat at NSCC's window cap
+(1.5 base-RTT BDPs) with about 55 ms of queueing on average, and a cap twice
+as large gave less goodput, not more. The *4 hosts* row (one sender per edge
+switch, MRC only) leaves the links past the edge switches half loaded, and
+MRC gets close to its ceiling. The emulator is not the limit: the health
+gate passed every trial counted, and the same permutation at 1.5 Mbit/s,
+half the packet rate, gave the same fraction (also outside this run).
 The MRC / ECMP ratio is larger than 92 / 60 because a single-path flow here
 also loses whole NIC ports and because the makespan charges the slowest
 flow.'''

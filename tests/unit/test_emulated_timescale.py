@@ -15,8 +15,9 @@ from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES,
 def test_the_window_covers_a_full_packet_on_every_link_of_the_longest_path(
         spec, mbit):
     # One QP must be able to keep every shaped port of every plane busy
-    # while its packets are stored and forwarded hop by hop (a window sized
-    # on the emulator's floor alone held a permutation to ~60%).
+    # while its packets are stored and forwarded hop by hop (sized on the
+    # emulator's 10 ms alone it could not: at 3 Mbit/s a fat-tree path
+    # stores and forwards a frame for 24 ms).
     plan = FabricPlan.from_topo(parse_topo_spec(spec).build())
     port_bps = mbit * 1e6
     qp_bps = port_bps * len(plan.planes)
