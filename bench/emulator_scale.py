@@ -39,12 +39,12 @@ from testbed.fabric.net import FabricNet  # noqa: E402
 from testbed.fabric.netns import inside  # noqa: E402
 from testbed.fabric.run_lock import RunLock  # noqa: E402
 from testbed.fabric.topo_spec import parse_topo_spec  # noqa: E402
-from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES,  # noqa: E402
-                                            SACK_FRAME_BYTES)
+from testbed.nic.emulated_timescale import (  # noqa: E402
+    DATA_FRAME_BYTES, DATA_PAYLOAD_BYTES, SACK_FRAME_BYTES)
 from testbed.nic.socket_runtime import (IPPROTO_IPV6_IN_IPV6,  # noqa: E402
                                         UDP_NO_CHECK6_RX)
 from testbed.nic.wire import (IPV6_HEADER_LEN, UDP_HEADER_LEN,  # noqa: E402
-                              UDP_PORT, build_inner, max_payload)
+                              UDP_PORT, build_inner)
 from testbed.workload.emulation_health import (  # noqa: E402
     BUSY_LIMIT, PROCESS_LIMIT, HealthSample, health_between)
 from testbed.workload.runner import fabric_spec  # noqa: E402
@@ -70,7 +70,7 @@ PROBE_FRAME_BYTES = MTU + 14            # the MTU plus the Ethernet header
 PROBE_MRC_BYTES = MTU - 2 * IPV6_HEADER_LEN - UDP_HEADER_LEN
 PROBE_EVS = 128             # distinct UDP source ports, like MRC's entropy values
 LOSSLESS = 0.01
-MRC_PAYLOAD = max_payload(MTU)          # 1,368 bytes per full data packet
+MRC_PAYLOAD = DATA_PAYLOAD_BYTES        # 1,368 bytes per full data packet
 MRC_FRAME_BYTES = DATA_FRAME_BYTES    # a full data packet on the wire
 
 FIDELITY_PLANES = 2

@@ -23,7 +23,9 @@ from bench.harness import (BenchContext, SectionResult, Trial, md_table,
                            rejected_note, retried_note, run_trial, scenario,
                            side_by_side, spread)
 from testbed.fabric.net import FabricNet
-from testbed.nic.emulated_timescale import DATA_FRAME_BYTES, SACK_FRAME_BYTES
+from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES,
+                                            DATA_PAYLOAD_BYTES,
+                                            SACK_FRAME_BYTES)
 from testbed.workload.runner import fabric_spec
 
 KEY = 'load_balance'
@@ -31,7 +33,7 @@ RATE_MBIT = 3.0
 TRANSPORTS = ('mrc', 'ecmp', 'rc', 'tcp', 'mptcp')
 # Every host sends one flow and receives another, so each link carries one
 # flow's data and another's SACKs (one per packet) the same way.
-SACKED_CEILING = 1368 / (DATA_FRAME_BYTES + SACK_FRAME_BYTES)
+SACKED_CEILING = DATA_PAYLOAD_BYTES / (DATA_FRAME_BYTES + SACK_FRAME_BYTES)
 PODS_0_AND_2 = ('h1', 'h2', 'h3', 'h4', 'h9', 'h10', 'h11', 'h12')
 ONE_PER_EDGE = ('h1', 'h3', 'h9', 'h11')   # half the core's capacity
 

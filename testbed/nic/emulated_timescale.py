@@ -22,6 +22,7 @@ from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.nscc import NSCC_ALGORITHM, CcProfile, NsccConfig
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.transport_config import TransportConfig
+from testbed.nic.wire import max_payload
 
 SKIP_QUEUEING_TARGET_S = 0.05
 PACKET_TIMEOUT_S = 0.2
@@ -45,7 +46,9 @@ ACTIVE_EVS = 32        # hardware keeps 128-256 EVs against a BDP of hundreds of
                        # the dead EVs were then found one timeout at a time
 PROCESSING_RTT_S = 0.01  # Python endpoints and the userspace datapath add
                          # milliseconds to every RTT even on an idle fabric
-DATA_FRAME_BYTES = 1510  # a full MRC packet (1,368 payload bytes) on the wire
+MTU = 1500
+DATA_PAYLOAD_BYTES = max_payload(MTU)   # 1,368 bytes in a full MRC packet
+DATA_FRAME_BYTES = 1510  # that packet on the wire
 SACK_FRAME_BYTES = 158   # a SACK with its timestamp echo on the wire
 
 
@@ -86,7 +89,7 @@ def emulated_qp_attrs(link_rate_bps: float | None = None,
     stretch = max(1.0, rtt_s / TUNED_RTT_S)
     packet_timeout = PACKET_TIMEOUT_S * stretch
     cc = CcProfile() if link_rate_bps is None else CcProfile(
-        NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, rtt_s, 1500,
+        NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, rtt_s, MTU,
                                             trimming=False))
     return dict(
         cc_profile=cc,
