@@ -70,16 +70,34 @@ def test_clean_after_sigkill_leaves_a_spotless_machine():
     assert again.returncode == 0     # and the next run works
 
 
+STOCK_SWITCHES = ['p1l0', 'p1l1', 'p1s0', 'p1s1', 'p2l0', 'p2l1', 'p2s0', 'p2s1']
+
+
+def bridges_named(names: list[str]) -> list[str]:
+    out = subprocess.run(['ovs-vsctl', '--timeout=10', 'list-br'],
+                         capture_output=True, text=True, check=True).stdout
+    return [name for name in out.split() if name in names]
+
+
 def test_stock_mininet_builds_our_topology():
-    result = subprocess.run(
-        ['mn', '--custom', str(REPO / 'topologies/leafspine.py'),
-         '--topo', 'leafspine,leaves=2,spines=2,hosts=1,planes=2',
-         '--switch', 'ovs,datapath=user', '--controller', 'none',
-         '--test', 'none'], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert '*** Adding switches:\np1l0 p1l1 p1s0 p1s1 p2l0 p2l1 p2s0 p2s1' \
-        in result.stderr
-    subprocess.run(['mn', '-c'], capture_output=True, timeout=300)
+    # Never `mn -c` here: it deletes every OVS bridge on the host, the
+    # user's own included, and every /tmp/*.log. Stock mn tears down what it
+    # built when the test ends; this checks that, and removes by name only
+    # the bridges of this very topology if it did not.
+    try:
+        result = subprocess.run(
+            ['mn', '--custom', str(REPO / 'topologies/leafspine.py'),
+             '--topo', 'leafspine,leaves=2,spines=2,hosts=1,planes=2',
+             '--switch', 'ovs,datapath=user', '--controller', 'none',
+             '--test', 'none'], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert '*** Adding switches:\n' + ' '.join(STOCK_SWITCHES) \
+            in result.stderr
+        assert bridges_named(STOCK_SWITCHES) == []
+    finally:
+        for name in bridges_named(STOCK_SWITCHES):
+            subprocess.run(['ovs-vsctl', '--timeout=10', 'del-br', name],
+                           capture_output=True)
     assert spotless()
 
 

@@ -134,7 +134,6 @@ def carrier(plan: FabricPlan, src: str, dst: str, core: str) -> str:
 
 def test_a_session_paths_writes_faults_and_teardown(terminals):
     term = terminals(TOPO)
-    t0 = time.monotonic()
     plan = FabricPlan.from_topo(parse_topo_spec(TOPO).build())
 
     paths = term.run('paths h1 h16')
@@ -202,7 +201,6 @@ def test_a_session_paths_writes_faults_and_teardown(terminals):
     assert 'fabric torn down' in goodbye
     assert term.child.exitstatus == 0
     assert 'Traceback' not in term.screen
-    assert time.monotonic() - t0 < 90
     assert spotless() == {}
 
 

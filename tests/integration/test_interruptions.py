@@ -3,6 +3,7 @@ without `mrc-testbed clean`."""
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,24 @@ def wait_for_fabric(timeout_s=60):
     raise AssertionError('the fabric never came up')
 
 
+def wait_for_workload(proc: subprocess.Popen, timeout_s: float = 120) -> list:
+    """Read the run's progress until a transport reports flows under way
+    (its first report comes a second into the workload, faults pending);
+    the rest of stderr goes on being collected in the background."""
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if 'flows done' in line:
+                started.set()
+    threading.Thread(target=read, daemon=True).start()
+    if not started.wait(timeout_s):
+        raise AssertionError('the workload never started:\n' + ''.join(lines))
+    return lines
+
+
 @pytest.mark.parametrize('sig,code,times', [(signal.SIGINT, 130, 1),
                                             (signal.SIGTERM, 143, 1),
                                             (signal.SIGINT, 130, 3)])
@@ -33,16 +52,20 @@ def test_signal_mid_scenario_leaves_nothing(sig, code, times, tmp_path):
          '--out', str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True)
     try:
-        wait_for_fabric()
-        time.sleep(1.5)            # into the workload, faults pending
+        lines = wait_for_workload(proc)
+        assert leftovers()['bridges'] and leftovers()['processes']
         for _ in range(times):     # again and again: while it tears down
             proc.send_signal(sig)
             time.sleep(0.2)
-        _out, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    time.sleep(0.1)                # the reader takes the last lines
+    err = ''.join(lines)
     assert proc.returncode == code, err[-2000:]
+    # It was stopped in the middle: the run never got to its summary.
+    assert not list(tmp_path.rglob('summary.json')), err[-2000:]
     left = {k: v for k, v in leftovers().items() if v}
     assert left == {}
 

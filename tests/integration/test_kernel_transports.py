@@ -95,8 +95,12 @@ def test_mptcp_uses_every_plane_and_beats_tcp(fabric, kt):
     tcp_mbit, mptcp_mbit = tcp.goodput_bps() / 1e6, mptcp.goodput_bps() / 1e6
     print('goodput: tcp %.1f Mbit/s, mptcp %.1f Mbit/s' % (tcp_mbit,
                                                           mptcp_mbit))
-    assert 10 < tcp_mbit <= LINK_MBIT * 1.05         # one plane at most
-    assert mptcp_mbit > LINK_MBIT * 1.1              # more than one plane
+    # HTB caps one path at the link rate (5 % for its burst and our clock),
+    # so TCP on one plane cannot pass it, and MPTCP passes it only by using
+    # the second plane at the same time. No floor on TCP itself: how fast a
+    # busy 2-core machine moves it says nothing about the transports.
+    assert tcp_mbit <= LINK_MBIT * 1.05              # one plane at most
+    assert mptcp_mbit > LINK_MBIT * 1.05             # more than one plane
 
     planes = sorted(s.plane for s in mptcp.subflows())
     assert planes == list(fabric.plan.planes)        # one subflow per plane
