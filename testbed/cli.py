@@ -208,7 +208,7 @@ def cmd_cli(args: argparse.Namespace) -> int:
         return _usage_error(str(err))
     if (code := _need_root('cli')) is not None:
         return code
-    from testbed.fabric.mrc_cli import run_cli
+    from testbed.shell.mrc_cli import run_cli
     from testbed.fabric.net import FabricError
     from testbed.fabric.run_lock import FabricBusy
     try:

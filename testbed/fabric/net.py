@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -29,7 +29,6 @@ from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
 from testbed.fabric import ovs
-from testbed.fabric.agents import AgentHandle
 from testbed.fabric.features import ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.link_options import (FeatureMissing, LinkOptionError,
@@ -84,7 +83,9 @@ class FabricNet:
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
-        self.agents: dict[str, AgentHandle] = {}
+        # Run first at teardown, newest first: what others started inside
+        # the hosts (agents, runtimes) would keep a namespace alive.
+        self._cleanups: list[Callable[[], None]] = []
         self.lock = RunLock()
         self.links_tagged = False
 
@@ -141,18 +142,11 @@ class FabricNet:
         return [i.name for s in self.net.switches for i in s.intfList()
                 if i.name != 'lo'] + [s.name for s in self.net.switches]
 
-    def start_agent(self, host: str, seed: int = 0) -> AgentHandle:
-        """An MRC agent in `host`'s namespace; stopped with the fabric."""
-        assert self.net is not None
-        addresses = self.workdir / 'addresses.json'
-        if not addresses.exists():
-            book: dict[str, dict[int, str]] = {}
-            for (name, plane), port in self.plan.host_ports.items():
-                book.setdefault(name, {})[plane] = port.address
-            addresses.write_text(json.dumps(book))
-        agent = AgentHandle(self.net[host], addresses, seed)
-        self.agents[host] = agent
-        return agent
+    def add_cleanup(self, cleanup: Callable[[], None]) -> None:
+        """Call `cleanup` when the fabric stops, before anything of the
+        fabric goes (newest first; an exception is reported, the teardown
+        goes on)."""
+        self._cleanups.append(cleanup)
 
     def host_pid(self, host: str) -> int:
         assert self.net is not None
@@ -199,9 +193,13 @@ class FabricNet:
 
     def _stop(self) -> None:
         t0 = time.monotonic()
-        for agent in self.agents.values():
-            agent.stop()   # an agent would keep its host's namespace alive
-        self.agents.clear()
+        while self._cleanups:
+            cleanup = self._cleanups.pop()
+            try:
+                cleanup()
+            except Exception as err:  # noqa: BLE001 - the teardown goes on
+                print('mrc-testbed: cleanup %r failed: %s' % (cleanup, err),
+                      file=sys.stderr)
         if self.controller is not None:
             _kill_group(self.controller)
             self.controller = None

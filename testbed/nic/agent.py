@@ -46,6 +46,14 @@ from testbed.nic.endpoint import Endpoint, bring_up
 from testbed.nic.ev_table import EvEvent
 from testbed.nic.socket_runtime import AddressBook, SocketRuntime
 
+# The protocol in one table: each command, and the event that answers it.
+# Other events are pushed: completion, ev, periodic stats, error.
+COMMAND_REPLIES = {
+    'register_mr': 'mr', 'create_qp': 'qp', 'connect': 'connected',
+    'post_recv': 'posted', 'post_write': 'posted', 'hash_mr': 'hash',
+    'stats': 'stats', 'evs': 'evs', 'set_denied': 'denied',
+    'report': 'reporting', 'quit': 'bye'}
+
 
 class Agent:
     def __init__(self, host: str, book: AddressBook, seed: int = 0,
@@ -58,8 +66,7 @@ class Agent:
         self.next_report = 0.0
         self.running = True
         self.commands: dict[str, Callable[[dict], dict | None]] = {
-            name[4:]: getattr(self, name) for name in dir(self)
-            if name.startswith('cmd_')}
+            name: getattr(self, 'cmd_' + name) for name in COMMAND_REPLIES}
 
     # ---------------------------------------------------------------- loop
 

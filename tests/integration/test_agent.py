@@ -1,7 +1,7 @@
 """MRC agents as separate processes inside the hosts, driven by JSON lines."""
 import pytest
 
-from testbed.fabric.agents import AgentError
+from testbed.shell.agent_client import AgentError, start_agent
 
 SRC, DST = 'h1', 'h16'
 
@@ -13,7 +13,9 @@ def paths(plan, a, b):
 
 def test_agents_write_across_the_fabric(fabric_factory):
     fab = fabric_factory('fattree,k=4,planes=2')
-    a, b = fab.start_agent(SRC), fab.start_agent(DST, seed=1)
+    a, b = start_agent(fab, SRC), start_agent(fab, DST, seed=1)
+    fab.add_cleanup(a.stop)
+    fab.add_cleanup(b.stop)
     size = 8 << 20
     mr = b.call(cmd='register_mr', size=size)
     qa = a.call(cmd='create_qp', transport='mrc')
@@ -40,7 +42,8 @@ def test_agents_write_across_the_fabric(fabric_factory):
 
 def test_a_bad_command_is_refused_and_the_agent_lives_on(fabric_factory):
     fab = fabric_factory('leafspine,leaves=2,spines=1,hosts=1,planes=1')
-    agent = fab.start_agent('h1')
+    agent = start_agent(fab, 'h1')
+    fab.add_cleanup(agent.stop)
     for bad in ({'cmd': 'fly'}, {'cmd': 'post_write', 'qpn': 99, 'size': 1,
                                  'rkey': 1}, {'cmd': 'hash_mr', 'rkey': 5}):
         with pytest.raises(AgentError):

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
-from testbed.fabric.agents import AgentError, AgentHandle
+from testbed.shell.agent_client import (AgentError, AgentHandle,
+                                        start_agent)
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
 from testbed.nic.emulated_timescale import qp_reach
@@ -75,25 +76,31 @@ class Transfers:
         self.port_rate_bps = port_rate_bps
         self.connections: dict[tuple[str, str, str], Connection] = {}
         self.labels: dict[tuple[str, int], str] = {}   # (host, qpn) -> text
+        self.agents: dict[str, AgentHandle] = {}
         self._wr_ids = itertools.count(1)
+        # An agent would keep its host's namespace alive past the teardown.
+        fab.add_cleanup(self.stop_agents)
 
     # -- agents ------------------------------------------------------------
 
     def agent(self, host: str) -> AgentHandle:
         """The host's agent, started now if it is not running."""
-        if host not in self.fab.agents:
-            self.fab.start_agent(host, seed=int(host[1:]))
-        return self.fab.agents[host]
+        if host not in self.agents:
+            self.agents[host] = start_agent(self.fab, host, seed=int(host[1:]))
+        return self.agents[host]
 
     def running(self, host: str) -> AgentHandle | None:
-        return self.fab.agents.get(host)
+        return self.agents.get(host)
+
+    def stop_agents(self) -> None:
+        for agent in self.agents.values():
+            agent.stop()
+        self.agents.clear()
 
     def reset(self) -> None:
         """Stop every agent and forget their QPs (a scenario's endpoints
         need the MRC UDP port the agents hold in each host)."""
-        for agent in self.fab.agents.values():
-            agent.stop()
-        self.fab.agents.clear()
+        self.stop_agents()
         self.connections.clear()
         self.labels.clear()
 

@@ -22,17 +22,16 @@ from mininet.cli import CLI
 from mininet.log import error, output, setLogLevel
 from mininet.util import quietRun
 
-from testbed.fabric.agent_transfers import (Progress, Transfers,
-                                            port_counters)
-from testbed.fabric.cli_text import (MIB, CliError, mib, ms, number,
-                                     one_line, parse_args, parse_size,
-                                     short_detail, split_words, state_counts,
-                                     table, target_name, write_summary)
 from testbed.fabric.net import FabricError, FabricNet
 from testbed.fabric.probe import PathProber
 from testbed.fabric.run_lock import FabricBusy
 from testbed.fabric.topo_spec import TopoSpec
 from testbed.fabric.usid_plan import carrier_usids
+from testbed.shell.text import (MIB, CliError, mib, ms, number, one_line,
+                                parse_args, parse_size, short_detail,
+                                split_words, state_counts, table, target_name,
+                                write_summary)
+from testbed.shell.transfers import Progress, Transfers, port_counters
 from testbed.workload.faults import FaultInjector
 
 TICK_S = 0.02               # how often queued flap steps are applied

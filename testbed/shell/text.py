@@ -1,4 +1,4 @@
-"""Argument parsing and text for the interactive CLI (testbed.fabric.mrc_cli):
+"""Argument parsing and text for the interactive CLI (testbed.shell.mrc_cli):
 one-line errors, sizes, tables, write summaries."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from testbed.fabric.agent_transfers import WriteResult
+from testbed.shell.transfers import WriteResult
 
 SIZE = re.compile(r'^(\d+(?:\.\d+)?)(?:([KMG])(?:i?B)?|B)?$', re.IGNORECASE)
 UNITS = {'': 1, 'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}

@@ -1,4 +1,6 @@
-"""Start and talk to MRC agents (testbed.nic.agent) inside fabric hosts."""
+"""The client side of the MRC agent protocol: start agents
+(`testbed.nic.agent`) inside fabric hosts and talk to them. The commands
+and the reply each one gets are the agent's own table, `COMMAND_REPLIES`."""
 from __future__ import annotations
 
 import json
@@ -10,14 +12,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from testbed.fabric.net import FabricNet
+from testbed.nic.agent import COMMAND_REPLIES
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPLY_TIMEOUT_S = 30.0
-# The event that answers each command (other events are pushed: completion,
-# ev, periodic stats).
-REPLY = {'register_mr': 'mr', 'create_qp': 'qp', 'connect': 'connected',
-         'post_recv': 'posted', 'post_write': 'posted', 'hash_mr': 'hash',
-         'stats': 'stats', 'evs': 'evs', 'set_denied': 'denied',
-         'report': 'reporting', 'quit': 'bye'}
+ADDRESS_BOOK = 'addresses.json'     # in the fabric's work directory
 
 
 class AgentError(RuntimeError):
@@ -58,7 +58,7 @@ class AgentHandle:
     def call(self, **command) -> dict:
         """Send a command and return its reply."""
         self.send(**command)
-        kind = REPLY.get(command.get('cmd'))
+        kind = COMMAND_REPLIES.get(command.get('cmd'))
         return self.wait_for(lambda e: e['event'] == kind)
 
     def wait_for(self, predicate: Callable[[dict], bool],
@@ -94,3 +94,16 @@ class AgentHandle:
                 stream.close()
             except OSError:
                 pass
+
+
+def start_agent(fab: FabricNet, host: str, seed: int = 0) -> AgentHandle:
+    """An MRC agent in `host`'s namespace. The caller stops it (or lets
+    the fabric's teardown do it: see `FabricNet.add_cleanup`)."""
+    assert fab.net is not None and fab.workdir is not None
+    book = fab.workdir / ADDRESS_BOOK
+    if not book.exists():
+        ports: dict[str, dict[int, str]] = {}
+        for (name, plane), port in fab.plan.host_ports.items():
+            ports.setdefault(name, {})[plane] = port.address
+        book.write_text(json.dumps(ports))
+    return AgentHandle(fab.net[host], book, seed)
