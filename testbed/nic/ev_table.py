@@ -33,12 +33,18 @@ Path = Hashable
 
 
 class EvState(enum.StrEnum):
-    """EV states of [P2 §II-A]; a StrEnum so counts and snapshots serialise to JSON as-is."""
+    """EV states of [P2 §II-A]; a StrEnum so counts and snapshots serialise to JSON as-is.
+
+    The one EV state of the project: the NIC's table and the control API's model
+    (`testbed.mrc_ctl`) both use it. SKIP is NIC-internal (the API never reports it);
+    UNKNOWN is only the API's state of an unpopulated profile slot, never an EV's here.
+    """
 
     GOOD = "GOOD"
     SKIP = "SKIP"
     ASSUMED_BAD = "ASSUMED_BAD"
     DENIED = "DENIED"
+    UNKNOWN = "UNKNOWN"
 
 
 class EvReason(enum.StrEnum):

@@ -8,7 +8,7 @@ from itertools import permutations
 
 import pytest
 
-from testbed.fabric.ev_controller import (
+from testbed.mrc_ctl.ev_controller import (
     CARRIER_FORMAT,
     EvControllerError,
     ExplicitEvController,
@@ -18,7 +18,7 @@ from testbed.fabric.ev_controller import (
 )
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
-from testbed.nic.ev_profiles import (
+from testbed.mrc_ctl.ev_profiles import (
     DeviceCaps,
     EvEntry,
     EvMode,
@@ -140,7 +140,7 @@ def test_profiles_are_online_and_sized_sensibly(built) -> None:
         assert profile.fmt_profile is pair.fmt_profile
         assert profile.ev_count == 128 == pair.per_plane * planes
         assert profile.min_active == pair.per_plane // 2
-        assert profile.event_mask == EvState.GOOD | EvState.ASSUMED_BAD
+        assert profile.event_mask == {EvState.GOOD, EvState.ASSUMED_BAD}
         assert set(profile.ev_states) == {EvState.GOOD}
 
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from testbed.nic.ev_expansion import (
+from testbed.mrc_ctl.ev_expansion import (
     EV_MAX_BITS,
     EvField,
     Expander,

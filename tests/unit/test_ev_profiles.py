@@ -18,8 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.nic.ev_profiles import (
+from testbed.mrc_ctl.ev_profiles import (
     EV_OP_F_ALL_COPIES,
+    EV_STATE_BITS,
     EV_UNPOPULATED,
     PROFILE_TRANSITIONS,
     DeviceCaps,
@@ -38,6 +39,8 @@ from testbed.nic.ev_profiles import (
     Srv6Carrier,
     gen_bounds,
     generate_evs,
+    mask_bits,
+    mask_states,
     srv6_carrier,
     srv6_ev_from_carrier,
     srv6_ev_from_usids,
@@ -45,7 +48,7 @@ from testbed.nic.ev_profiles import (
 
 INIT, OFFLINE, ONLINE = ProfileState.INIT, ProfileState.OFFLINE, ProfileState.ONLINE
 GOOD, BAD, DENIED = EvState.GOOD, EvState.ASSUMED_BAD, EvState.DENIED
-WATCH = EvState.GOOD | EvState.ASSUMED_BAD
+WATCH = frozenset({EvState.GOOD, EvState.ASSUMED_BAD})
 
 SRV6_WIDTHS = (32, 16, 16, 16, 16)
 # Worked example B: fixed locator, four tier-tagged uSIDs with 4 EV bits each.
@@ -257,6 +260,20 @@ def test_offline_needs_mode_fmt_count_and_fields(missing: str) -> None:
     assert caught.value.field == missing
 
 
+def test_event_mask_as_the_c_api_bitmask_or_as_states() -> None:
+    # mrc.h: GOOD = 1 << 0, ASSUMED_BAD = 1 << 1, DENIED = 1 << 2, UNKNOWN = 1 << 31.
+    assert [EV_STATE_BITS[s] for s in (GOOD, BAD, DENIED, EvState.UNKNOWN)] == [
+        1, 2, 4, 1 << 31]
+    assert mask_states(0b11) == WATCH and mask_bits(WATCH) == 0b11
+    with raises(errno.EINVAL, "no EV state"):
+        mask_states(1 << 5)
+    for given in (0b11, WATCH, [GOOD, BAD]):
+        profile = EvProfile(7)
+        profile.modify(state=OFFLINE, mode=EvMode.AUTO)
+        profile.modify(state=ONLINE, min_active=0, event_mask=given)
+        assert profile.event_mask == WATCH
+
+
 def test_auto_profile_needs_only_mode_and_has_no_array() -> None:
     profile = EvProfile(7)
     profile.modify(state=OFFLINE, mode=EvMode.AUTO)
@@ -347,7 +364,7 @@ def test_modify_online_cap_allows_event_mask_and_fields_with_active_qps() -> Non
     profile = online_profile(CAP_ONLINE)
     profile.attach_qp()
     profile.modify(event_mask=BAD)
-    assert profile.event_mask is BAD
+    assert profile.event_mask == {BAD}
     new_fields = SRV6_FIELDS[:4] + (EvField(16, 0x0500, 1, 0xF, 0x000F),)
     profile.modify(fields=new_fields)
     assert profile.fields == new_fields

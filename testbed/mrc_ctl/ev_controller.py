@@ -60,8 +60,8 @@ from itertools import count
 from typing import Any, Iterable, Mapping, Sequence
 
 from testbed.fabric.usid_plan import FabricPlan, Path
-from testbed.nic.ev_expansion import Expander
-from testbed.nic.ev_profiles import (
+from testbed.mrc_ctl.ev_expansion import Expander
+from testbed.mrc_ctl.ev_profiles import (
     EV_UNPOPULATED,
     DeviceCaps,
     EvEntry,
@@ -87,7 +87,7 @@ WORD_BITS = 16
 CARRIER_WORDS = 8
 CARRIER_FORMAT = EvFormat(FmtMode.SRV6, (WORD_BITS,) * CARRIER_WORDS)
 DEFAULT_EV_COUNT = 128  # P1 §2.1: "typically 128 to 256 entries" per QP
-MONITORED_STATES = EvState.GOOD | EvState.ASSUMED_BAD
+MONITORED_STATES = frozenset({EvState.GOOD, EvState.ASSUMED_BAD})
 
 # What deny/allow/state calls accept: the EV itself, a Path, or a path's carrier address.
 EvTarget = EvEntry | Path | str

@@ -7,7 +7,7 @@ github.com/opencomputeproject/OCP-Multipath-Reliable-Connection:
   UDP) and an ordered list of format field widths, i.e. the wire layout of an expanded EV.
 - :class:`EvProfile` -- ``struct mrc_ctl_ev_profile_attr``: mode (AUTO, EXP, GEN), format
   profile, ``ev_count``, ``ev_min_active``, ``ev_event_mask``, the field definitions that
-  drive expansion (:mod:`testbed.nic.ev_expansion`) and the EV array with a state per entry.
+  drive expansion (:mod:`testbed.mrc_ctl.ev_expansion`) and the EV array with a state per entry.
 - The lifecycle both share: INIT -> OFFLINE -> ONLINE -> OFFLINE -> INIT, the attributes each
   transition needs, and EBUSY while the profile is in use.
 
@@ -67,9 +67,9 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from ipaddress import IPv6Address
 from math import prod
-from typing import Callable, ClassVar, Sequence
+from typing import Callable, ClassVar, Iterable, Mapping, Sequence, Union
 
-from testbed.nic.ev_expansion import (
+from testbed.mrc_ctl.ev_expansion import (
     EV_MAX_BITS,
     EV_MAX_BYTES,
     EvField,
@@ -81,6 +81,7 @@ from testbed.nic.ev_expansion import (
     compact_from_field_bits,
     low_mask,
 )
+from testbed.nic.ev_table import EvState
 
 __all__ = [
     "DeviceCaps",
@@ -97,6 +98,7 @@ __all__ = [
     "EvOpResult",
     "EvProfile",
     "EvProfileConfig",
+    "EV_STATE_BITS",
     "EvState",
     "FmtMode",
     "PROFILE_TRANSITIONS",
@@ -159,17 +161,30 @@ PROFILE_TRANSITIONS = frozenset(
 )
 
 
-class EvState(enum.IntFlag):
-    """``enum mrc_ctl_ev_state`` (controller view; SKIP is NIC-internal)."""
-
-    GOOD = 1 << 0
-    ASSUMED_BAD = 1 << 1
-    DENIED = 1 << 2
-    UNKNOWN = 1 << 31
-
-
+# ``enum mrc_ctl_ev_state``: the API's bit for each state (controller view; SKIP is
+# NIC-internal and has none). Event masks are sets of states here, and ints in the C API.
+EV_STATE_BITS: Mapping[EvState, int] = {
+    EvState.GOOD: 1 << 0,
+    EvState.ASSUMED_BAD: 1 << 1,
+    EvState.DENIED: 1 << 2,
+    EvState.UNKNOWN: 1 << 31,
+}
 SETTABLE_EV_STATES = (EvState.GOOD, EvState.ASSUMED_BAD, EvState.DENIED)
-EVENT_MASK_STATES = EvState.GOOD | EvState.ASSUMED_BAD  # only these are reportable
+EVENT_MASK_STATES = frozenset({EvState.GOOD, EvState.ASSUMED_BAD})  # only these are reportable
+EventMask = Union[EvState, Iterable[EvState], int]
+
+
+def mask_bits(states: Iterable[EvState]) -> int:
+    """The C API's ``event_mask`` for a set of states."""
+    return sum(EV_STATE_BITS[state] for state in set(states))
+
+
+def mask_states(bits: int) -> frozenset[EvState]:
+    """The states an API bitmask names; bits of no state are refused."""
+    states = frozenset(s for s, bit in EV_STATE_BITS.items() if bits & bit)
+    if bits & ~mask_bits(states):
+        raise ProfileError("event_mask", f"{bits:#x} has bits of no EV state")
+    return states
 
 
 class EvOp(enum.IntEnum):
@@ -594,7 +609,7 @@ class EvProfileConfig:
     fmt_profile: EvFormatProfile | None = None
     ev_count: int = 0
     min_active: int | None = None
-    event_mask: EvState | None = None
+    event_mask: frozenset[EvState] | None = None
     fields: tuple[EvField, ...] = ()
 
 
@@ -656,7 +671,7 @@ class EvProfile(_Lifecycle):
         return self._config.min_active
 
     @property
-    def event_mask(self) -> EvState | None:
+    def event_mask(self) -> frozenset[EvState] | None:
         return self._config.event_mask
 
     @property
@@ -727,7 +742,7 @@ class EvProfile(_Lifecycle):
         fmt_profile: EvFormatProfile | None = None,
         ev_count: int | None = None,
         min_active: int | None = None,
-        event_mask: EvState | int | None = None,
+        event_mask: EventMask | None = None,
         fields: Sequence[EvField] | None = None,
     ) -> None:
         """Apply the given attributes and/or state change atomically, or raise ProfileError."""
@@ -1034,14 +1049,23 @@ def _unpopulated(count: int) -> _EvArray:
     return _EvArray([EV_UNPOPULATED] * count, [EvState.UNKNOWN] * count)
 
 
-def _checked_event_mask(mask: EvState | int | None) -> EvState | None:
+def _checked_event_mask(mask: EventMask | None) -> frozenset[EvState] | None:
+    """A set of states, from a state, states, or the C API's bitmask."""
     if mask is None:
         return None
-    if isinstance(mask, bool) or not isinstance(mask, int) or mask < 0:
+    if isinstance(mask, EvState):
+        states = frozenset({mask})
+    elif isinstance(mask, int) and not isinstance(mask, bool) and mask >= 0:
+        states = mask_states(mask)
+    elif isinstance(mask, (set, frozenset, tuple, list)) and all(
+            isinstance(s, EvState) for s in mask):
+        states = frozenset(mask)
+    else:
         raise ProfileError("event_mask", f"{mask!r} is not a state mask")
-    if mask & ~EVENT_MASK_STATES:
-        raise ProfileError("event_mask", f"{mask:#x}: only GOOD and ASSUMED_BAD can be monitored")
-    return EvState(mask)
+    if not states <= EVENT_MASK_STATES:
+        raise ProfileError("event_mask", f"{sorted(states)}: only GOOD and ASSUMED_BAD can be "
+                           "monitored")
+    return states
 
 
 def _checked_settable(name: str, state: EvState) -> EvState:
