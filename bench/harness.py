@@ -19,7 +19,8 @@ from typing import Any
 
 from testbed.workload.faults import FaultInjector
 from testbed.workload.runner import BIN_S, TransportRun, TransportRunner
-from testbed.workload.scenario import Scenario, parse_scenario
+from testbed.workload.model import Scenario
+from testbed.workload.scenario import parse_scenario
 from testbed.workload.workloads import build_workload
 
 MAX_ATTEMPTS = 3

@@ -32,10 +32,10 @@ both fabrics.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.workload.workloads import Flow, Workload
+from testbed.workload.model import (CmConnection, CmTrigger, ConnectionMatrix,
+                                   Flow, Workload)
 
 TRIGGER_KINDS = ('oneshot', 'multishot', 'barrier')
 US_PER_S = 1_000_000
@@ -46,37 +46,6 @@ _HEADER = ('Nodes', 'Connections', 'Triggers', 'Failures')
 
 class ConnectionMatrixError(ValueError):
     """A .cm file htsim would refuse, or one we cannot run."""
-
-
-@dataclass(frozen=True)
-class CmConnection:
-    """One ``src->dst`` line. `start_us` is None for a triggered flow."""
-    src: int
-    dst: int
-    size: int
-    id: int = 0
-    start_us: float | None = None
-    trigger: int = 0
-    send_done_trigger: int = 0
-    recv_done_trigger: int = 0
-    prio: int | None = None
-    msg: int | None = None          # uet-htsim: 'msg' alone reads as msg 0
-    addon: bool = False
-
-
-@dataclass(frozen=True)
-class CmTrigger:
-    id: int
-    kind: str                       # oneshot | multishot | barrier
-    count: int = 0                  # barrier: signals needed to fire
-
-
-@dataclass(frozen=True)
-class ConnectionMatrix:
-    nodes: int
-    connections: tuple[CmConnection, ...]
-    triggers: tuple[CmTrigger, ...] = ()
-    failures: tuple[str, ...] = field(default=())   # verbatim lines
 
 
 def node_host(node: int) -> str:

@@ -15,7 +15,7 @@ from testbed.workload.report import markdown, table
 from testbed.workload.results import (aggregate, new_results_dir, run_metrics,
                                       step_times, write_events, write_timeline)
 from testbed.workload.runner import Progress, TransportRun, TransportRunner
-from testbed.workload.scenario import Scenario
+from testbed.workload.model import Scenario
 from testbed.workload.workloads import build_workload
 
 

@@ -12,20 +12,18 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import yaml
-from mininet.topo import Topo
 
-from testbed.fabric.topo_spec import TopoSpec, TopoSpecError, parse_topo_spec
-from testbed.fabric.usid_plan import FabricPlan
+from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
 from testbed.workload.connection_matrix import (
-    ConnectionMatrix, ConnectionMatrixError, load_cm, matrix_to_workload,
-    node_host)
-from testbed.workload.workloads import MB, check_shares_last_hop
+    ConnectionMatrixError, load_cm, matrix_to_workload, node_host)
+from testbed.workload.model import (ConnectionMatrix, FabricOf, Fault,
+                                    Scenario, Victim, WorkloadSpec, fabric_of)
+from testbed.workload.workloads import check_shares_last_hop
 
 TRANSPORTS = ('mrc', 'rc', 'ecmp', 'tcp', 'mptcp')
 REQUIRED_KEYS = ('name', 'topology', 'link_rate_mbit', 'transports',
@@ -83,138 +81,6 @@ class _Invalid(Exception):
         self.field, self.problem = field, problem
 
 
-# -- results -----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Victim:
-    """An innocent flow next to an incast: its dst shares the receiver's
-    last-hop switch."""
-    src: str
-    dst: str
-    size_mb: float
-
-    @property
-    def size_bytes(self) -> int:
-        return round(self.size_mb * MB)
-
-
-@dataclass(frozen=True)
-class WorkloadSpec:
-    """One dataclass for every workload type; parameters a type does not
-    take keep their defaults. Lists as written: empty `hosts` means every
-    host of the topology; `file` is resolved to an absolute path and
-    `matrix` holds its parsed content."""
-    type: str
-    size_mb: float = 0.0
-    src: str | None = None
-    dst: str | None = None
-    count: int = 1
-    hosts: tuple[str, ...] = ()
-    receiver: str | None = None
-    senders: tuple[str, ...] = ()
-    fan_in: int | None = None
-    victim: Victim | None = None
-    iterations: int = 1
-    file: str | None = None
-    matrix: ConnectionMatrix | None = field(default=None, repr=False)
-
-    @property
-    def size_bytes(self) -> int:
-        return round(self.size_mb * MB)
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One fault event. `kind` picks which of the typed fields are set;
-    the others stay None (see FAULT_PARAMS)."""
-    kind: str
-    at: float
-    link: tuple[str, str] | None = None
-    switch: str | None = None
-    plane: int | None = None
-    host: str | None = None
-    loss_pct: float | None = None
-    mbit: float | None = None
-    period_s: float | None = None
-    count: int | None = None
-
-    def expand(self) -> tuple['Fault', ...]:
-        """Primitive events: a link_flap becomes `count` link_down /
-        link_up pairs, down at at + i*period_s, up half a period later;
-        every other fault is itself."""
-        if self.kind != 'link_flap':
-            return (self,)
-        assert self.period_s is not None and self.count is not None
-        events: list[Fault] = []
-        for i in range(self.count):
-            down = self.at + i * self.period_s
-            events += [Fault('link_down', down, link=self.link),
-                       Fault('link_up', down + self.period_s / 2,
-                             link=self.link)]
-        return tuple(events)
-
-    @property
-    def end(self) -> float:
-        """Time of the fault's last primitive event."""
-        return self.expand()[-1].at
-
-    def describe(self) -> str:
-        target = '-'.join(self.link) if self.link else self.switch or (
-            '%s plane %s' % (self.host, self.plane) if self.host
-            else 'plane %s' % self.plane)
-        extra = {'gray_failure': ' %g%% loss' % (self.loss_pct or 0),
-                 'link_rate': ' %g Mbit/s' % (self.mbit or 0),
-                 'link_flap': ' every %g s x%s' % (self.period_s or 0,
-                                                   self.count)}
-        return '%s %s%s at %g s' % (self.kind, target,
-                                    extra.get(self.kind, ''), self.at)
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    description: str
-    topology: str                       # canonical spec, without bw=
-    link_rate_mbit: float
-    transports: tuple[str, ...]
-    workload: WorkloadSpec
-    faults: tuple[Fault, ...]           # in file order
-    duration_s: float
-    seed: int = 1
-    repetitions: int = 1
-    source_path: str = ''
-    source_text: str = field(default='', repr=False)
-    is_quick: bool = False
-    quick: 'Scenario | None' = field(default=None, repr=False, compare=False)
-
-    def quick_version(self) -> 'Scenario':
-        """The `quick` overrides applied (already validated at load); the
-        scenario itself when it has no quick section."""
-        return self.quick or self
-
-    @property
-    def topo_spec(self) -> TopoSpec:
-        return parse_topo_spec(self.topology)
-
-    @property
-    def shaped_topology(self) -> str:
-        """The spec with every link shaped: what the fabric is built from."""
-        return '%s,bw=%g' % (self.topology, self.link_rate_mbit)
-
-    def plan(self) -> FabricPlan:
-        return _fabric(self.topology).plan
-
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        return _fabric(self.topology).plan.hosts
-
-    def timeline(self) -> tuple[Fault, ...]:
-        """Every primitive fault event (flaps expanded), by time; events at
-        the same time keep file order."""
-        events = [e for f in self.faults for e in f.expand()]
-        return tuple(sorted(events, key=lambda e: e.at))
-
-
 # -- entry points --------------------------------------------------------------
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -261,7 +127,7 @@ def _scenario(data: Any, base_dir: Path, source: str,
                     what='a scenario (a mapping of keys)')
     name = _name(data['name'])
     topology = _topology(data['topology'])
-    fabric = _fabric(topology)
+    fabric = fabric_of(topology)
     duration = _number(data['duration_s'], 'duration_s', above=0)
     return Scenario(
         name=name,
@@ -318,27 +184,6 @@ def _deep_merge(base: Mapping, overrides: Mapping) -> dict:
 
 # -- the fabric the names are checked against ----------------------------------
 
-@dataclass(frozen=True)
-class _Fabric:
-    topo: Topo
-    plan: FabricPlan
-
-    def nodes(self) -> set[str]:
-        return set(self.topo.nodes())
-
-    def neighbours(self, node: str) -> list[str]:
-        return sorted({b if a == node else a for a, b in self.topo.links()
-                       if node in (a, b)})
-
-
-@lru_cache(maxsize=16)
-def _fabric(topology: str) -> _Fabric:
-    """Topo and plan for a canonical spec; cached because every scenario
-    (and its quick form) asks again, and both are immutable in use."""
-    topo = parse_topo_spec(topology).build()
-    return _Fabric(topo, FabricPlan.from_topo(topo))
-
-
 def _topology(value: Any) -> str:
     text = _string(value, 'topology')
     try:
@@ -379,7 +224,7 @@ def _transports(value: Any) -> tuple[str, ...]:
 
 # -- workload ------------------------------------------------------------------
 
-def _workload(value: Any, fabric: _Fabric, base_dir: Path) -> WorkloadSpec:
+def _workload(value: Any, fabric: FabricOf, base_dir: Path) -> WorkloadSpec:
     kind = _choice(_mapping(value, 'workload', ('type',), None).get('type'),
                    'workload.type', WORKLOAD_TYPES, 'workload type')
     required, optional = WORKLOAD_PARAMS[kind]
@@ -399,19 +244,19 @@ def _workload(value: Any, fabric: _Fabric, base_dir: Path) -> WorkloadSpec:
     return spec
 
 
-def _check_point_to_point(spec: WorkloadSpec, fabric: _Fabric) -> None:
+def _check_point_to_point(spec: WorkloadSpec, fabric: FabricOf) -> None:
     if spec.src == spec.dst:
         raise _Invalid('workload.dst', 'same host as src (%s)' % spec.src)
 
 
-def _check_collective(spec: WorkloadSpec, fabric: _Fabric) -> None:
+def _check_collective(spec: WorkloadSpec, fabric: FabricOf) -> None:
     members = len(spec.hosts or fabric.plan.hosts)
     if spec.size_bytes < members:
         raise _Invalid('workload.size_mb', '%g MB cannot be split among %d '
                        'hosts' % (spec.size_mb, members))
 
 
-def _check_incast(spec: WorkloadSpec, fabric: _Fabric) -> None:
+def _check_incast(spec: WorkloadSpec, fabric: FabricOf) -> None:
     if bool(spec.senders) == (spec.fan_in is not None):
         raise _Invalid('workload', 'give either senders (a list of hosts) '
                        'or fan_in (how many), not both nor neither')
@@ -430,7 +275,7 @@ def _check_incast(spec: WorkloadSpec, fabric: _Fabric) -> None:
 
 
 def _check_victim(spec: WorkloadSpec, victim: Victim,
-                  fabric: _Fabric) -> None:
+                  fabric: FabricOf) -> None:
     if victim.src == victim.dst:
         raise _Invalid('workload.victim.dst', 'same host as its src')
     if victim.src in (spec.receiver,) + spec.senders:
@@ -442,7 +287,7 @@ def _check_victim(spec: WorkloadSpec, victim: Victim,
         raise _Invalid('workload.victim.dst', str(err)) from None
 
 
-_CROSS_CHECKS: dict[str, Callable[[WorkloadSpec, _Fabric], None]] = {
+_CROSS_CHECKS: dict[str, Callable[[WorkloadSpec, FabricOf], None]] = {
     'point_to_point': _check_point_to_point,
     'ring_allreduce': _check_collective,
     'all_to_all': _check_collective,
@@ -517,12 +362,12 @@ _WORKLOAD_CHECKS: dict[str, Callable[..., Any]] = {
 
 # -- faults --------------------------------------------------------------------
 
-def _faults(value: Any, fabric: _Fabric, duration: float) -> tuple[Fault, ...]:
+def _faults(value: Any, fabric: FabricOf, duration: float) -> tuple[Fault, ...]:
     return tuple(_fault(item, 'faults[%d]' % i, fabric, duration)
                  for i, item in enumerate(_list(value, 'faults')))
 
 
-def _fault(value: Any, where: str, fabric: _Fabric, duration: float) -> Fault:
+def _fault(value: Any, where: str, fabric: FabricOf, duration: float) -> Fault:
     kind = _choice(_mapping(value, where, ('type', 'at'), None).get('type'),
                    where + '.type', FAULT_KINDS, 'fault type')
     params = _mapping(value, where, ('type', 'at') + FAULT_PARAMS[kind], ())
@@ -582,7 +427,7 @@ _FAULT_CHECKS: dict[str, Callable[..., Any]] = {
 
 # -- names ---------------------------------------------------------------------
 
-def _host(value: Any, where: str, fabric: _Fabric) -> str:
+def _host(value: Any, where: str, fabric: FabricOf) -> str:
     name = _string(value, where)
     if name not in fabric.plan.hosts:
         raise _Invalid(where, 'unknown host %r (this topology has %s)'
@@ -590,7 +435,7 @@ def _host(value: Any, where: str, fabric: _Fabric) -> str:
     return name
 
 
-def _host_list(value: Any, where: str, fabric: _Fabric) -> tuple[str, ...]:
+def _host_list(value: Any, where: str, fabric: FabricOf) -> tuple[str, ...]:
     hosts = tuple(_host(h, '%s[%d]' % (where, i), fabric)
                   for i, h in enumerate(_list(value, where)))
     for i, host in enumerate(hosts):
@@ -599,14 +444,14 @@ def _host_list(value: Any, where: str, fabric: _Fabric) -> tuple[str, ...]:
     return hosts
 
 
-def _node(name: str, where: str, fabric: _Fabric) -> str:
+def _node(name: str, where: str, fabric: FabricOf) -> str:
     if name not in fabric.nodes():
         raise _Invalid(where, 'no node %r in this topology%s'
                        % (name, _did_you_mean(name, fabric.nodes())))
     return name
 
 
-def _host_range(fabric: _Fabric) -> str:
+def _host_range(fabric: FabricOf) -> str:
     hosts = fabric.plan.hosts
     return '%s..%s' % (hosts[0], hosts[-1]) if hosts else 'no hosts'
 

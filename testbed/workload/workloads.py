@@ -12,55 +12,14 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import replace
 
 from testbed.fabric.usid_plan import FabricPlan
+from testbed.workload.connection_matrix import matrix_to_workload
+from testbed.workload.model import Flow, Workload, WorkloadSpec
 
-if TYPE_CHECKING:
-    from testbed.workload.scenario import WorkloadSpec
-
-MB = 1_000_000
-
-
-@dataclass(frozen=True)
-class Flow:
-    """One message from src to dst. `start_s` delays it after its phase
-    begins (only connection matrices use it; phase 0 begins at t=0)."""
-    id: int
-    src: str
-    dst: str
-    size_bytes: int
-    label: str = ''
-    start_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Workload:
-    kind: str
-    phases: tuple[tuple[Flow, ...], ...]
-    steps: tuple[range, ...]        # phase indexes of each measured step
-
-    def __iter__(self) -> Iterator[tuple[Flow, ...]]:
-        return iter(self.phases)
-
-    def __len__(self) -> int:
-        return len(self.phases)
-
-    def __getitem__(self, index: int) -> tuple[Flow, ...]:
-        return self.phases[index]
-
-    @property
-    def flows(self) -> tuple[Flow, ...]:
-        return tuple(f for phase in self.phases for f in phase)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size_bytes for f in self.flows)
-
-
-def build_workload(spec: 'WorkloadSpec', hosts: Sequence[str],
+def build_workload(spec: WorkloadSpec, hosts: Sequence[str],
                    plan_info: FabricPlan | None = None,
                    rng: random.Random | None = None) -> Workload:
     """The flows of `spec` on a fabric whose hosts are `hosts`. `plan_info`
@@ -147,8 +106,6 @@ def _all_to_all(spec, hosts, plan, rng) -> Workload:
 
 
 def _connection_matrix(spec, hosts, plan, rng) -> Workload:
-    # imported here: connection_matrix imports Flow and Workload from here
-    from testbed.workload.connection_matrix import matrix_to_workload
     return matrix_to_workload(spec.matrix)
 
 

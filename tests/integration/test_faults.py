@@ -18,7 +18,7 @@ from testbed.fabric.clean import our_nft_tables
 from testbed.fabric.probe import PathProber, all_pairs
 from testbed.fabric.usid_plan import FabricPlan, Path
 from testbed.workload import faults
-from testbed.workload.scenario import Fault
+from testbed.workload.model import Fault
 from testbed.workload.faults import (FaultError, FaultInjector,
                                      FaultUnavailable)
 

@@ -13,8 +13,9 @@ from testbed.workload.connection_matrix import (
     CmConnection, CmTrigger, ConnectionMatrix, ConnectionMatrixError,
     host_node, load_cm, matrix_to_workload, node_host, parse_cm, save_cm,
     workload_to_matrix, write_cm)
-from testbed.workload.scenario import Victim, WorkloadSpec
-from testbed.workload.workloads import Flow, Workload, build_workload
+from testbed.workload.model import Victim, WorkloadSpec
+from testbed.workload.model import Flow, Workload
+from testbed.workload.workloads import build_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -267,10 +267,10 @@ def test_event_mask_as_the_c_api_bitmask_or_as_states() -> None:
     assert mask_states(0b11) == WATCH and mask_bits(WATCH) == 0b11
     with raises(errno.EINVAL, "no EV state"):
         mask_states(1 << 5)
-    for given in (0b11, WATCH, [GOOD, BAD]):
+    for mask in (0b11, WATCH, [GOOD, BAD]):
         profile = EvProfile(7)
         profile.modify(state=OFFLINE, mode=EvMode.AUTO)
-        profile.modify(state=ONLINE, min_active=0, event_mask=given)
+        profile.modify(state=ONLINE, min_active=0, event_mask=mask)
         assert profile.event_mask == WATCH
 
 

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from testbed.workload.scenario import (
-    FAULT_KINDS, FAULT_PARAMS, WORKLOAD_TYPES, Fault, Scenario, ScenarioError,
+    FAULT_KINDS, FAULT_PARAMS, WORKLOAD_TYPES, ScenarioError,
     load_scenario, parse_scenario)
+from testbed.workload.model import Fault, Scenario
 from testbed.workload.workloads import build_workload
 
 ROOT = Path(__file__).resolve().parents[2]

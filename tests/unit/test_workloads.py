@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
 from testbed.workload import workloads
-from testbed.workload.scenario import Victim, WorkloadSpec
+from testbed.workload.model import Victim, WorkloadSpec
 from testbed.workload.workloads import (
     Workload, build_workload, derangement, locality_groups, split_bytes)
 

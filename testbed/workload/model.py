@@ -1,0 +1,244 @@
+"""The data model of an experiment: what a scenario file says, and the
+flows its workload becomes. Plain frozen dataclasses, nothing else: the
+loader (`scenario`), the workload builders (`workloads`) and the htsim
+format (`connection_matrix`) all import from here, never from each other's
+data.
+
+Sizes: ``size_mb`` is in MB of 10^6 bytes, as htsim's matrices count them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from mininet.topo import Topo
+
+from testbed.fabric.topo_spec import TopoSpec, parse_topo_spec
+from testbed.fabric.usid_plan import FabricPlan
+
+MB = 1_000_000
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One message from src to dst. `start_s` delays it after its phase
+    begins (only connection matrices use it; phase 0 begins at t=0)."""
+    id: int
+    src: str
+    dst: str
+    size_bytes: int
+    label: str = ''
+    start_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str
+    phases: tuple[tuple[Flow, ...], ...]
+    steps: tuple[range, ...]        # phase indexes of each measured step
+
+    def __iter__(self) -> Iterator[tuple[Flow, ...]]:
+        return iter(self.phases)
+
+    def __len__(self) -> int:
+        return len(self.phases)
+
+    def __getitem__(self, index: int) -> tuple[Flow, ...]:
+        return self.phases[index]
+
+    @property
+    def flows(self) -> tuple[Flow, ...]:
+        return tuple(f for phase in self.phases for f in phase)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.flows)
+
+
+
+# -- htsim connection matrices (testbed.workload.connection_matrix) --------
+
+@dataclass(frozen=True)
+class CmConnection:
+    """One ``src->dst`` line. `start_us` is None for a triggered flow."""
+    src: int
+    dst: int
+    size: int
+    id: int = 0
+    start_us: float | None = None
+    trigger: int = 0
+    send_done_trigger: int = 0
+    recv_done_trigger: int = 0
+    prio: int | None = None
+    msg: int | None = None          # uet-htsim: 'msg' alone reads as msg 0
+    addon: bool = False
+
+
+@dataclass(frozen=True)
+class CmTrigger:
+    id: int
+    kind: str                       # oneshot | multishot | barrier
+    count: int = 0                  # barrier: signals needed to fire
+
+
+@dataclass(frozen=True)
+class ConnectionMatrix:
+    nodes: int
+    connections: tuple[CmConnection, ...]
+    triggers: tuple[CmTrigger, ...] = ()
+    failures: tuple[str, ...] = field(default=())   # verbatim lines
+
+
+
+# -- scenarios (testbed.workload.scenario loads them) ------------------------
+
+@dataclass(frozen=True)
+class Victim:
+    """An innocent flow next to an incast: its dst shares the receiver's
+    last-hop switch."""
+    src: str
+    dst: str
+    size_mb: float
+
+    @property
+    def size_bytes(self) -> int:
+        return round(self.size_mb * MB)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One dataclass for every workload type; parameters a type does not
+    take keep their defaults. Lists as written: empty `hosts` means every
+    host of the topology; `file` is resolved to an absolute path and
+    `matrix` holds its parsed content."""
+    type: str
+    size_mb: float = 0.0
+    src: str | None = None
+    dst: str | None = None
+    count: int = 1
+    hosts: tuple[str, ...] = ()
+    receiver: str | None = None
+    senders: tuple[str, ...] = ()
+    fan_in: int | None = None
+    victim: Victim | None = None
+    iterations: int = 1
+    file: str | None = None
+    matrix: ConnectionMatrix | None = field(default=None, repr=False)
+
+    @property
+    def size_bytes(self) -> int:
+        return round(self.size_mb * MB)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault event. `kind` picks which of the typed fields are set;
+    the others stay None (see FAULT_PARAMS)."""
+    kind: str
+    at: float
+    link: tuple[str, str] | None = None
+    switch: str | None = None
+    plane: int | None = None
+    host: str | None = None
+    loss_pct: float | None = None
+    mbit: float | None = None
+    period_s: float | None = None
+    count: int | None = None
+
+    def expand(self) -> tuple['Fault', ...]:
+        """Primitive events: a link_flap becomes `count` link_down /
+        link_up pairs, down at at + i*period_s, up half a period later;
+        every other fault is itself."""
+        if self.kind != 'link_flap':
+            return (self,)
+        assert self.period_s is not None and self.count is not None
+        events: list[Fault] = []
+        for i in range(self.count):
+            down = self.at + i * self.period_s
+            events += [Fault('link_down', down, link=self.link),
+                       Fault('link_up', down + self.period_s / 2,
+                             link=self.link)]
+        return tuple(events)
+
+    @property
+    def end(self) -> float:
+        """Time of the fault's last primitive event."""
+        return self.expand()[-1].at
+
+    def describe(self) -> str:
+        target = '-'.join(self.link) if self.link else self.switch or (
+            '%s plane %s' % (self.host, self.plane) if self.host
+            else 'plane %s' % self.plane)
+        extra = {'gray_failure': ' %g%% loss' % (self.loss_pct or 0),
+                 'link_rate': ' %g Mbit/s' % (self.mbit or 0),
+                 'link_flap': ' every %g s x%s' % (self.period_s or 0,
+                                                   self.count)}
+        return '%s %s%s at %g s' % (self.kind, target,
+                                    extra.get(self.kind, ''), self.at)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    topology: str                       # canonical spec, without bw=
+    link_rate_mbit: float
+    transports: tuple[str, ...]
+    workload: WorkloadSpec
+    faults: tuple[Fault, ...]           # in file order
+    duration_s: float
+    seed: int = 1
+    repetitions: int = 1
+    source_path: str = ''
+    source_text: str = field(default='', repr=False)
+    is_quick: bool = False
+    quick: 'Scenario | None' = field(default=None, repr=False, compare=False)
+
+    def quick_version(self) -> 'Scenario':
+        """The `quick` overrides applied (already validated at load); the
+        scenario itself when it has no quick section."""
+        return self.quick or self
+
+    @property
+    def topo_spec(self) -> TopoSpec:
+        return parse_topo_spec(self.topology)
+
+    @property
+    def shaped_topology(self) -> str:
+        """The spec with every link shaped: what the fabric is built from."""
+        return '%s,bw=%g' % (self.topology, self.link_rate_mbit)
+
+    def plan(self) -> FabricPlan:
+        return fabric_of(self.topology).plan
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return fabric_of(self.topology).plan.hosts
+
+    def timeline(self) -> tuple[Fault, ...]:
+        """Every primitive fault event (flaps expanded), by time; events at
+        the same time keep file order."""
+        events = [e for f in self.faults for e in f.expand()]
+        return tuple(sorted(events, key=lambda e: e.at))
+
+
+@dataclass(frozen=True)
+class FabricOf:
+    topo: Topo
+    plan: FabricPlan
+
+    def nodes(self) -> set[str]:
+        return set(self.topo.nodes())
+
+    def neighbours(self, node: str) -> list[str]:
+        return sorted({b if a == node else a for a, b in self.topo.links()
+                       if node in (a, b)})
+
+
+@lru_cache(maxsize=16)
+def fabric_of(topology: str) -> FabricOf:
+    """Topo and plan for a canonical spec; cached because every scenario
+    (and its quick form) asks again, and both are immutable in use."""
+    topo = parse_topo_spec(topology).build()
+    return FabricOf(topo, FabricPlan.from_topo(topo))
