@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.harness import SectionResult
+from bench.sections import SECTIONS
 
 
 def machine() -> str:
@@ -42,7 +43,6 @@ def command(args: argparse.Namespace) -> str:
     parts = ['mrc-testbed bench']
     if args.quick:
         parts.append('--quick')
-    from bench.__main__ import SECTIONS
     if tuple(args.sections) != SECTIONS:
         parts.append('--sections ' + ','.join(args.sections))
     if args.out is not None:

@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     cli.set_defaults(func=cmd_cli)
     bench = sub.add_parser('bench', help='run the benchmarks (bench/) and '
                            'write BENCHMARKS.md with tables and plots')
-    from bench.__main__ import add_arguments
+    from bench.cli import add_arguments
     add_arguments(bench)
     bench.set_defaults(func=cmd_bench)
     clean = sub.add_parser('clean', help='remove everything of ours from '
@@ -222,7 +222,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     refused = _need_root('bench')
     if refused is not None:
         return refused
-    from bench.__main__ import run
+    from bench.cli import run
     return run(args)
 
 

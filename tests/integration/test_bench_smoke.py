@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.__main__ import SECTIONS
+from bench.sections import SECTIONS
 from testbed.fabric.clean import leftovers
 
 REPO = Path(__file__).resolve().parents[2]

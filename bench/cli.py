@@ -1,0 +1,130 @@
+"""`mrc-testbed bench` / `python -m bench`: run the benchmark sections and
+write BENCHMARKS.md with their tables and plots.
+
+    mrc-testbed bench                          # everything, ~35 min
+    mrc-testbed bench --sections failover      # one section
+    mrc-testbed bench --quick --out /tmp/b     # the smoke version (~3 min)
+
+A full run rewrites BENCHMARKS.md at the repository root and the plots in
+docs/images/; raw per-trial data go to results/bench/<UTC stamp>/. Sections
+that are not run keep nothing: run them all to publish.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from bench.sections import SECTIONS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog='mrc-testbed bench', description=__doc__.split('\n\n')[0])
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--sections', type=sections, default=list(SECTIONS),
+                        help='comma-separated, from: %s (default: all)'
+                        % ', '.join(SECTIONS))
+    parser.add_argument('--quick', action='store_true',
+                        help='the smoke version: one repetition, small '
+                        'transfers, a few trials; figures not for publishing')
+    parser.add_argument('--resume', type=Path, default=None, metavar='RAW',
+                        help='a results/bench/<stamp> directory of a run that '
+                        'stopped: keep its finished sections, run the rest')
+    parser.add_argument('--out', type=Path, default=None,
+                        help='directory for BENCHMARKS.md and its plots '
+                        '(default: the repository, for a full run; '
+                        'required with --quick)')
+
+
+def sections(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(',') if s.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            'unknown section %s (choose from %s)' % (
+                ', '.join(map(repr, unknown)) or "''", ', '.join(SECTIONS)))
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench.harness import BenchContext
+    from bench.report import write_report
+    from testbed.workload.results import new_results_dir
+    if args.quick and args.out is None:
+        print('--quick figures are not for publishing: give --out DIR',
+              file=sys.stderr)
+        return 2
+    out = args.out or REPO
+    images = out / 'docs' / 'images' if args.out is None else out / 'images'
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = BenchContext(args.quick, out, images)
+    if args.resume:
+        raw, started, results = resumed(args.resume)
+    else:
+        raw = new_results_dir(out / 'results' if args.out else
+                              REPO / 'results', 'bench')
+        started = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
+        results = []
+    done = {r.key for r in results}
+    report = out / 'BENCHMARKS.md'
+
+    def write(results: list) -> None:
+        results.sort(key=lambda r: SECTIONS.index(r.key))
+        write_report(report, results, started, args,
+                     raw.relative_to(out) if raw.is_relative_to(out) else raw)
+
+    todo = [k for k in args.sections if k not in done]
+    for key in todo:
+        ctx.say(key, 'starting')
+        t0 = time.monotonic()
+        result = importlib.import_module('bench.' + key).run(ctx)
+        result.seconds = time.monotonic() - t0
+        results.append(result)
+        keep(raw, result, started)
+        ctx.say(key, 'done in %.0f s' % result.seconds)
+        # after every section: a later one failing loses nothing measured
+        write(results)
+    if not todo:        # --resume found nothing left to run: rewrite it
+        write(results)
+    ctx.say('bench', 'wrote %s and %s' % (report, raw))
+    return 0
+
+
+def keep(raw: Path, result, started: str) -> None:
+    """A finished section's data, markdown and time, for --resume."""
+    (raw / ('%s.json' % result.key)).write_text(json.dumps(
+        result.data, indent=1, default=str))
+    (raw / ('%s.md' % result.key)).write_text(result.markdown)
+    index = raw / 'sections.json'
+    kept = json.loads(index.read_text()) if index.exists() else {
+        'started': started, 'sections': []}
+    kept['sections'].append({'key': result.key, 'title': result.title,
+                             'seconds': round(result.seconds, 1)})
+    index.write_text(json.dumps(kept, indent=1))
+
+
+def resumed(raw: Path) -> tuple[Path, str, list]:
+    from bench.harness import SectionResult
+    index = raw / 'sections.json'
+    if not index.exists():
+        raise SystemExit('mrc-testbed bench: %s has no sections.json: not '
+                         'the raw directory of a bench run' % raw)
+    kept = json.loads(index.read_text())
+    return raw, kept['started'], [SectionResult(
+        s['key'], s['title'], (raw / ('%s.md' % s['key'])).read_text(),
+        json.loads((raw / ('%s.json' % s['key'])).read_text()), s['seconds'])
+        for s in kept['sections']]
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(argv))

@@ -1,0 +1,6 @@
+"""The benchmark sections, in report order: one module of bench/ per
+section, named by its key, imported only when it runs (so that
+`mrc-testbed --help` loads neither matplotlib nor Mininet)."""
+
+SECTIONS = ('load_balance', 'failover', 'random_loss', 'incast',
+            'emulator_scale')
