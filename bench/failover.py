@@ -24,7 +24,8 @@ from bench.harness import (BenchContext, SectionResult, Trial, goodput_mbps,
                            scenario, spread)
 from testbed.fabric.net import FabricNet
 from testbed.workload.endpoint_flows import EndpointFlows
-from testbed.workload.faults import FaultInjector
+from testbed.fabric.faults.catalogue import FAULT_KINDS
+from testbed.fabric.faults.injector import FaultInjector
 from testbed.workload.metrics import RECOVERED_FRACTION, percentile, recovery_time
 from testbed.workload.runner import BIN_S, fabric_spec
 
@@ -62,7 +63,7 @@ class PathTargetedFaults:
         return getattr(self.inner, name)
 
     def apply(self, kind: str, **_placeholder) -> dict | list:
-        if kind in ('link_up', 'switch_up', 'nic_port_up'):
+        if FAULT_KINDS[kind].undoes:      # restores what it took down
             return self.inner.apply(kind, **self.target)
         paths = self.used_paths()
         if kind == 'link_down':

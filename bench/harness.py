@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.workload.faults import FaultInjector
+from testbed.fabric.faults.injector import FaultInjector
 from testbed.workload.runner import BIN_S, TransportRun, TransportRunner
 from testbed.workload.model import Scenario
 from testbed.workload.scenario import parse_scenario

@@ -32,7 +32,8 @@ from testbed.shell.text import (MIB, CliError, mib, ms, number, one_line,
                                 split_words, state_counts, table, target_name,
                                 write_summary)
 from testbed.shell.transfers import Progress, Transfers, port_counters
-from testbed.workload.faults import FaultInjector
+from testbed.fabric.faults.injector import FaultInjector
+from testbed.fabric.faults.catalogue import down_kind, undo_kinds
 
 TICK_S = 0.02               # how often queued flap steps are applied
 TRANSPORTS = ('mrc', 'rc', 'ecmp')
@@ -310,9 +311,10 @@ class MrcCLI(CLI):
         Take it down now, as a scenario's link_down, switch_down,
         plane_down or nic_port_down does (admin-down of switch-side ports;
         flow tables untouched). LINK is a-b or a b, e.g. p1a0x0-p1c0."""
-        kind, params = self._target(split_words(line))
-        event = self._fault(kind + '_down', **params)
-        output('%s down: %s\n' % (target_name(kind, params), event['detail']))
+        target, params = self._target(split_words(line))
+        event = self._fault(down_kind(target), **params)
+        output('%s down: %s\n' % (target_name(target, params),
+                                   event['detail']))
 
     def do_restore(self, line: str) -> None:
         """restore LINK | SWITCH | plane P | nic HOST P | all
@@ -322,15 +324,15 @@ class MrcCLI(CLI):
         if words in ([], ['all']):
             output('restored: %s\n' % self._fault('restore_all')['detail'])
             return
-        kind, params = self._target(words)
-        if kind != 'link':
-            event = self._fault(kind + '_up', **params)
-            output('%s up: %s\n' % (target_name(kind, params),
+        target, params = self._target(words)
+        undo = undo_kinds(target)
+        if len(undo) == 1:
+            event = self._fault(undo[0], **params)
+            output('%s up: %s\n' % (target_name(target, params),
                                      event['detail']))
             return
-        output('%s: %s\n' % (target_name(kind, params), '; '.join(
-            self._fault(fault, **params)['detail']
-            for fault in ('link_up', 'gray_clear', 'link_rate_restore'))))
+        output('%s: %s\n' % (target_name(target, params), '; '.join(
+            self._fault(fault, **params)['detail'] for fault in undo)))
 
     def do_flap(self, line: str) -> None:
         """flap LINK PERIOD COUNT [DOWN_S]

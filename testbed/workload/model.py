@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from mininet.topo import Topo
 
+from testbed.fabric.faults.catalogue import last_step_at
 from testbed.fabric.topo_spec import TopoSpec, parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
 
@@ -131,51 +133,55 @@ class WorkloadSpec:
         return round(self.size_mb * MB)
 
 
-@dataclass(frozen=True)
 class Fault:
-    """One fault event. `kind` picks which of the typed fields are set;
-    the others stay None (see FAULT_PARAMS)."""
-    kind: str
-    at: float
-    link: tuple[str, str] | None = None
-    switch: str | None = None
-    plane: int | None = None
-    host: str | None = None
-    loss_pct: float | None = None
-    mbit: float | None = None
-    period_s: float | None = None
-    count: int | None = None
+    """One fault of a scenario: its kind (a `catalogue.FAULT_KINDS` name),
+    when, and its parameters as the scenario names them (``link`` is a
+    pair of node names, ``switch`` a name, ...). Immutable and hashable.
+    A link_flap is one fault: the injector applies its steps."""
+    __slots__ = ('kind', 'at', '_params')
 
-    def expand(self) -> tuple['Fault', ...]:
-        """Primitive events: a link_flap becomes `count` link_down /
-        link_up pairs, down at at + i*period_s, up half a period later;
-        every other fault is itself."""
-        if self.kind != 'link_flap':
-            return (self,)
-        assert self.period_s is not None and self.count is not None
-        events: list[Fault] = []
-        for i in range(self.count):
-            down = self.at + i * self.period_s
-            events += [Fault('link_down', down, link=self.link),
-                       Fault('link_up', down + self.period_s / 2,
-                             link=self.link)]
-        return tuple(events)
+    def __init__(self, kind: str, at: float, **params: Any) -> None:
+        object.__setattr__(self, 'kind', kind)
+        object.__setattr__(self, 'at', at)
+        object.__setattr__(self, '_params', tuple(sorted(params.items())))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError('Fault is immutable')
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self._params)
+
+    def get(self, name: str) -> Any:
+        return self.params.get(name)
 
     @property
     def end(self) -> float:
-        """Time of the fault's last primitive event."""
-        return self.expand()[-1].at
+        """When the fault's last change happens (a flap's last up)."""
+        return last_step_at(self.kind, self.at, self.params)
 
     def describe(self) -> str:
-        target = '-'.join(self.link) if self.link else self.switch or (
-            '%s plane %s' % (self.host, self.plane) if self.host
-            else 'plane %s' % self.plane)
-        extra = {'gray_failure': ' %g%% loss' % (self.loss_pct or 0),
-                 'link_rate': ' %g Mbit/s' % (self.mbit or 0),
-                 'link_flap': ' every %g s x%s' % (self.period_s or 0,
-                                                   self.count)}
-        return '%s %s%s at %g s' % (self.kind, target,
-                                    extra.get(self.kind, ''), self.at)
+        params = self.params
+        target = ' '.join(
+            '-'.join(v) if k == 'link' else ('plane %s' % v if k == 'plane'
+                                             else str(v))
+            for k, v in params.items() if k in ('link', 'switch', 'host',
+                                                'plane'))
+        extra = ''.join(' %s=%g' % (k, v) for k, v in params.items()
+                        if k not in ('link', 'switch', 'host', 'plane'))
+        return '%s %s%s at %g s' % (self.kind, target, extra, self.at)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Fault) and (
+            self.kind, self.at, self._params) == (other.kind, other.at,
+                                                  other._params)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.at, self._params))
+
+    def __repr__(self) -> str:
+        return 'Fault(%r, %g%s)' % (self.kind, self.at, ''.join(
+            ', %s=%r' % kv for kv in self._params))
 
 
 @dataclass(frozen=True)
@@ -217,10 +223,8 @@ class Scenario:
         return fabric_of(self.topology).plan.hosts
 
     def timeline(self) -> tuple[Fault, ...]:
-        """Every primitive fault event (flaps expanded), by time; events at
-        the same time keep file order."""
-        events = [e for f in self.faults for e in f.expand()]
-        return tuple(sorted(events, key=lambda e: e.at))
+        """The faults by time; faults at the same time keep file order."""
+        return tuple(sorted(self.faults, key=lambda f: f.at))
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,10 @@ import statistics
 import time
 from pathlib import Path
 
+from testbed.fabric.faults.catalogue import disruptive as is_disruptive
 from testbed.workload.metrics import jain_index, percentile, recovery_time
 from testbed.workload.runner import BIN_S, TransportRun
 
-# Faults after which recovery is measured (the "up"/"clear" ones end a fault).
-DISRUPTIVE = {'link_down', 'link_flap', 'switch_down', 'plane_down',
-              'nic_port_down', 'gray_failure', 'link_rate'}
 
 
 def new_results_dir(root: Path, scenario_name: str) -> Path:
@@ -38,8 +36,9 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
     failed = [f for f in run.flows if f.status == 'failed']
     steps = step_times(run)
     goodput = [b * 8 / BIN_S / 1e6 for b in run.goodput_bins]
+    # Recovery is measured after faults that take capacity away.
     disruptive = [(at, kind) for at, kind in run.fault_times
-                  if kind in DISRUPTIVE]
+                  if is_disruptive(kind)]
     recoveries = []
     for i, (at, kind) in enumerate(disruptive):
         end = disruptive[i + 1][0] if i + 1 < len(disruptive) else None

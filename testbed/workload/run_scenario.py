@@ -10,7 +10,7 @@ from pathlib import Path
 
 from testbed.fabric.net import FabricNet
 from testbed.workload import plots
-from testbed.workload.faults import FaultInjector
+from testbed.fabric.faults.injector import FaultInjector
 from testbed.workload.report import markdown, table
 from testbed.workload.results import (aggregate, new_results_dir, run_metrics,
                                       step_times, write_events, write_timeline)

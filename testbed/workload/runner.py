@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from testbed.fabric.faults.catalogue import call_args
 from testbed.fabric.net import FabricNet
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.workload.emulation_health import HealthSample, health_between
@@ -73,18 +74,9 @@ def fabric_spec(topology: str, link_rate_mbit: float):
 
 
 def apply_fault(injector, fault) -> None:
-    """A scenario Fault (typed fields) as the injector's keyword call."""
-    params: dict = {}
-    if fault.link:
-        params['a'], params['b'] = fault.link
-    if fault.switch:
-        params['name'] = fault.switch
-    if fault.host:
-        params['host'] = fault.host
-    for name in ('plane', 'loss_pct', 'mbit'):
-        if getattr(fault, name) is not None:
-            params[name] = getattr(fault, name)
-    injector.apply(fault.kind, **params)
+    """A scenario's Fault as the injector's call (a flap queues its steps,
+    which the loop's `due()` applies)."""
+    injector.apply(fault.kind, **call_args(fault.kind, fault.params))
 
 
 def make_driver(fab: FabricNet, transport: str, link_rate_mbit: float,
@@ -131,8 +123,10 @@ class TransportRunner:
         return self.run
 
     def _log(self, event: dict) -> None:
-        self.run.events.append(dict(event, t=round(
-            event.get('monotonic', time.monotonic()) - self.t0, 6)))
+        t = round(event.get('monotonic', time.monotonic()) - self.t0, 6)
+        self.run.events.append(dict(event, t=t))
+        if event.get('fault') not in (None, 'restore_all'):
+            self.run.fault_times.append((t, event['fault']))
 
     def _loop(self, fab, driver, injector, phases) -> None:
         records = self._records(phases)
@@ -148,9 +142,7 @@ class TransportRunner:
         while True:
             now = time.monotonic() - self.t0
             while faults and faults[0].at <= now:
-                fault = faults.pop(0)
-                self.run.fault_times.append((fault.at, fault.kind))
-                apply_fault(injector, fault)
+                apply_fault(injector, faults.pop(0))
             injector.due(time.monotonic())
             self._start_due(driver, records, now)
             driver.poll()

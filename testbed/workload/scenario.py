@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from testbed.fabric.faults.catalogue import FAULT_KINDS, Param
 from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
 from testbed.workload.connection_matrix import (
     ConnectionMatrixError, load_cm, matrix_to_workload, node_host)
@@ -44,23 +45,6 @@ WORKLOAD_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 WORKLOAD_TYPES = tuple(WORKLOAD_PARAMS)
 
-# kind -> its parameters besides 'type' and 'at' (all required)
-FAULT_PARAMS: dict[str, tuple[str, ...]] = {
-    'link_down': ('link',),
-    'link_up': ('link',),
-    'link_flap': ('link', 'period_s', 'count'),
-    'switch_down': ('switch',),
-    'switch_up': ('switch',),
-    'plane_down': ('plane',),
-    'plane_up': ('plane',),
-    'nic_port_down': ('host', 'plane'),
-    'nic_port_up': ('host', 'plane'),
-    'gray_failure': ('link', 'loss_pct'),
-    'gray_clear': ('link',),
-    'link_rate': ('link', 'mbit'),
-    'link_rate_restore': ('link',),
-}
-FAULT_KINDS = tuple(FAULT_PARAMS)
 
 
 class ScenarioError(ValueError):
@@ -368,20 +352,35 @@ def _faults(value: Any, fabric: FabricOf, duration: float) -> tuple[Fault, ...]:
 
 
 def _fault(value: Any, where: str, fabric: FabricOf, duration: float) -> Fault:
-    kind = _choice(_mapping(value, where, ('type', 'at'), None).get('type'),
-                   where + '.type', FAULT_KINDS, 'fault type')
-    params = _mapping(value, where, ('type', 'at') + FAULT_PARAMS[kind], ())
+    name = _choice(_mapping(value, where, ('type', 'at'), None).get('type'),
+                   where + '.type', tuple(FAULT_KINDS), 'fault type')
+    kind = FAULT_KINDS[name]
+    params = _mapping(value, where, ('type', 'at') + kind.required,
+                      kind.optional)
     at = _number(params['at'], where + '.at', least=0)
-    fault = Fault(kind, at, **{
-        key: _FAULT_CHECKS[key](params[key], '%s.%s' % (where, key), fabric)
-        for key in FAULT_PARAMS[kind]})
+    fault = Fault(name, at, **{
+        p.name: _fault_param(p, params[p.name], '%s.%s' % (where, p.name),
+                             fabric)
+        for p in kind.params if p.name in params})
+    problem = kind.problem(fault.params)
+    if problem is not None:
+        raise _Invalid('%s.%s' % (where, problem[0]), problem[1])
     if at >= duration:
         raise _Invalid(where + '.at', '%g s is not before the end of the run '
                        '(duration_s %g)' % (at, duration))
     if fault.end >= duration:
         raise _Invalid(where, '%s ends at %g s, not before the end of the run '
-                       '(duration_s %g)' % (kind, fault.end, duration))
+                       '(duration_s %g)' % (name, fault.end, duration))
     return fault
+
+
+def _fault_param(param: Param, value: Any, where: str, fabric: FabricOf) -> Any:
+    """A parameter checked by its type, against the topology."""
+    if param.type == 'number':
+        return _number(value, where, above=param.above, most=param.most)
+    if param.type == 'count':
+        return _integer(value, where, least=1)
+    return _FAULT_CHECKS[param.type](value, where, fabric)
 
 
 def _fault_link(value, where, fabric) -> tuple[str, str]:
@@ -418,10 +417,6 @@ _FAULT_CHECKS: dict[str, Callable[..., Any]] = {
     'switch': _fault_switch,
     'plane': _fault_plane,
     'host': lambda v, w, f: _host(v, w, f),
-    'loss_pct': lambda v, w, f: _number(v, w, above=0, most=100),
-    'mbit': lambda v, w, f: _number(v, w, above=0),
-    'period_s': lambda v, w, f: _number(v, w, above=0),
-    'count': lambda v, w, f: _integer(v, w, least=1),
 }
 
 

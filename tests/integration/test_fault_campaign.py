@@ -7,7 +7,7 @@ import time
 
 from testbed.fabric.probe import PathProber
 from testbed.workload.endpoint_flows import EndpointFlows
-from testbed.workload.faults import FaultInjector
+from testbed.fabric.faults.injector import FaultInjector
 
 TIMELINES = 24
 SIZE = 1 << 20

@@ -17,10 +17,11 @@ import pytest
 from testbed.fabric.clean import our_nft_tables
 from testbed.fabric.probe import PathProber, all_pairs
 from testbed.fabric.usid_plan import FabricPlan, Path
-from testbed.workload import faults
+from testbed.fabric.faults import gray, injector
+from testbed.fabric.faults.base import FaultError, FaultUnavailable
+from testbed.fabric.faults.injector import FaultInjector
 from testbed.workload.model import Fault
-from testbed.workload.faults import (FaultError, FaultInjector,
-                                     FaultUnavailable)
+from testbed.workload.runner import apply_fault
 
 LEAF_SPINE = 'leafspine,leaves=2,spines=2,hosts=1,planes=2'
 FAT_TREE = 'fattree,k=4,planes=2'
@@ -402,9 +403,11 @@ def test_bad_arguments_are_refused_before_anything_changes(rig, monkeypatch):
                              loss_pct=200),
         lambda: inj.schedule(float('inf'), 'plane_down', plane=1),
         lambda: inj.apply('plane_down', plane=7),
-        lambda: inj.apply({'kind': 'switch_down', 'name': 'p1x0'}),
+        lambda: inj.apply('switch_down', name='p1x0'),
+        lambda: inj.apply({'kind': 'switch_down', 'name': 'p1s0'}),
         lambda: inj.apply('link_down', a='p1l0', b='p1s0', plane=1),
-        lambda: inj.apply(Fault('link_down', 1.0, link=('p1l0', 'p1l1'))),
+        lambda: apply_fault(inj, Fault('link_down', 1.0,
+                                       link=('p1l0', 'p1l1'))),
     ]
     for i, call in enumerate(refused):
         with pytest.raises(FaultError):
@@ -412,26 +415,26 @@ def test_bad_arguments_are_refused_before_anything_changes(rig, monkeypatch):
             pytest.fail('call %d was accepted' % i)
     assert issubclass(FaultError, ValueError)
     assert r.events == [] and inj.pending() == []
-    # Well formed, through apply(): by name, as a mapping, and as the
-    # scenario's own Fault records (what the scenario runner passes).
+    # Well formed: by name, and as the scenario's own Fault records through
+    # the catalogue's translation (what the scenario runner does).
     inj.apply('link_down', a='p1l0', b='p1s0')
-    inj.apply({'kind': 'link_up', 'a': 'p1l0', 'b': 'p1s0'})
-    inj.apply(Fault('switch_down', 2.0, switch='p1s1'))
-    inj.apply(Fault('switch_up', 3.0, switch='p1s1'))
-    inj.apply(Fault('nic_port_down', 4.0, host='h2', plane=2))
-    inj.apply(Fault('nic_port_up', 5.0, host='h2', plane=2))
+    apply_fault(inj, Fault('link_up', 1.0, link=('p1l0', 'p1s0')))
+    apply_fault(inj, Fault('switch_down', 2.0, switch='p1s1'))
+    apply_fault(inj, Fault('switch_up', 3.0, switch='p1s1'))
+    apply_fault(inj, Fault('nic_port_down', 4.0, host='h2', plane=2))
+    apply_fault(inj, Fault('nic_port_up', 5.0, host='h2', plane=2))
     assert [e['fault'] for e in r.events] == [
         'link_down', 'link_up', 'switch_down', 'switch_up', 'nic_port_down',
         'nic_port_up']
 
     # What a machine without the tools gets: a clear refusal, no number.
-    monkeypatch.setattr(faults, 'tc_random_drop_available', lambda: False)
+    monkeypatch.setattr(gray, 'tc_random_drop_available', lambda: False)
     with pytest.raises(FaultUnavailable, match='BPF'):
         inj.gray_failure('p1l0', 'p1s0', 10)
     assert any('gray_failure' in m for m in inj.missing_features)
     no_nft = SimpleNamespace(which=lambda tool: None if tool == 'nft'
                              else shutil.which(tool))
-    monkeypatch.setattr(faults, 'shutil', no_nft)
+    monkeypatch.setattr(injector, 'shutil', no_nft)
     with pytest.raises(FaultUnavailable, match='nft'):
         inj.gray_failure('p1l0', 'p1s0', 10, method='nft')
     assert our_nft_tables() == []
