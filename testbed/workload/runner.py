@@ -84,7 +84,7 @@ def make_driver(fab: FabricNet, transport: str, link_rate_mbit: float,
     if transport in ENDPOINT_TRANSPORTS:
         from testbed.workload.endpoint_flows import EndpointFlows
         return EndpointFlows(fab, transport, link_rate_mbit * 1e6, seed)
-    from testbed.workload.kernel_flows import KernelFlows
+    from testbed.kernel.flows import KernelFlows
     return KernelFlows(fab, transport)
 
 

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from testbed.workload.kernel_transports import KernelTransports, mirror
+from testbed.kernel.routes import mirror
+from testbed.kernel.transports import KernelTransports
 
 SPEC = 'fattree,k=4,planes=2,bw=20'
 SRC, DST = 'h1', 'h16'            # pod 0 to pod 3: 4 paths per plane

@@ -20,6 +20,7 @@ class FaultError(ValueError):
     """A fault that names nothing in the fabric, has bad parameters, or
     could not be applied."""
 
+
 class FaultUnavailable(FaultError):
     """The machine lacks what a fault needs (a tool or a kernel feature)."""
 
@@ -28,6 +29,7 @@ class FaultUnavailable(FaultError):
                          % (fault, missing, without))
         self.fault = fault
         self.missing = missing
+
 
 @dataclass(frozen=True)
 class LinkEnd:
@@ -38,6 +40,7 @@ class LinkEnd:
     def where(self) -> str:
         return '%s (%s)' % (self.intf, 'root' if self.pid is None
                             else '%s netns' % self.node)
+
 
 @dataclass(frozen=True)
 class FabricLink:
@@ -62,11 +65,14 @@ def _by_namespace(ends: tuple[LinkEnd, ...]) -> dict[int | None,
         grouped.setdefault(end.pid, []).append(end)
     return grouped
 
+
 def _clock() -> tuple[float, float]:
     return time.time(), time.monotonic()
 
+
 def _alive(pid: int) -> bool:
     return os.path.exists('/proc/%d' % pid)
+
 
 def _exists(end: LinkEnd) -> bool:
     """Whether the interface is still there (a stopped fabric took its
@@ -74,6 +80,7 @@ def _exists(end: LinkEnd) -> bool:
     if end.pid is None:
         return os.path.exists('/sys/class/net/' + end.intf)
     return _alive(end.pid)
+
 
 def _try(step: Callable[[], Any], what: str, errors: list[str]) -> None:
     """Run one undo step; a failure is noted and the next step still runs."""

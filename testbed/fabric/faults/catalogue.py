@@ -76,6 +76,7 @@ def _flap_check(params: Mapping[str, Any]) -> tuple[str, str] | None:
         return 'down_s', 'must be shorter than period_s'
     return None
 
+
 _KINDS = (
     FaultKind('link_down', 'link', (LINK,), 'the link goes down (admin-down of '
               'its switch-side ports; flow tables untouched)', disruptive=True),

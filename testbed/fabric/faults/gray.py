@@ -158,6 +158,7 @@ def gray_table_name(link: FabricLink) -> str:
     digest = hashlib.sha1(('%s|%s' % (a, b)).encode()).hexdigest()
     return GRAY_TABLE_PREFIX + digest[:NFT_NAME_MAX - len(GRAY_TABLE_PREFIX)]
 
+
 def _nft_ruleset(table: str, ends: list[LinkEnd], loss_pct: float) -> str:
     """One transaction: drop the table if present, then define it with an
     egress chain per interface (counting what it drops)."""
@@ -171,11 +172,13 @@ def _nft_ruleset(table: str, ends: list[LinkEnd], loss_pct: float) -> str:
     return ('add table netdev {t}\ndelete table netdev {t}\n'
             'table netdev {t} {{\n{c}}}\n'.format(t=table, c=chains))
 
+
 def _nft_gray_off(run: Runner, pid: int | None, table: str,
                   ends: list[LinkEnd]) -> dict[str, int]:
     listing = run(pid, ['nft', 'list', 'table', 'netdev', table], None)
     run(pid, ['nft', 'delete', 'table', 'netdev', table], None)
     return dict(zip((e.intf for e in ends), _counter_packets(listing)))
+
 
 def random_drop_bytecode(loss_pct: float) -> str:
     """A classic-BPF tc filter, in tc's `bytecode` notation, that steals
@@ -191,6 +194,7 @@ def random_drop_bytecode(loss_pct: float) -> str:
     return '%d,%s' % (len(program), ','.join(
         '%d %d %d %d' % insn for insn in program))
 
+
 def _tc_add_clsact(run: Runner, end: LinkEnd) -> bool:
     """Give the interface a clsact qdisc; False if it had one already."""
     dev = ['dev', end.intf]
@@ -199,11 +203,13 @@ def _tc_add_clsact(run: Runner, end: LinkEnd) -> bool:
     run(end.pid, ['tc', 'qdisc', 'add', *dev, 'clsact'], None)
     return True
 
+
 def _tc_set_filter(run: Runner, end: LinkEnd, loss_pct: float) -> None:
     """Install, or replace, the random-drop filter on clsact egress."""
     run(end.pid, ['tc', 'filter', 'replace', 'dev', end.intf, 'egress',
                   'pref', TC_GRAY_PREF, 'handle', '1', 'bpf', 'da',
                   'bytecode', random_drop_bytecode(loss_pct)], None)
+
 
 def _tc_gray_off(run: Runner, end: LinkEnd, added_clsact: bool) -> None:
     dev = ['dev', end.intf]
@@ -212,6 +218,7 @@ def _tc_gray_off(run: Runner, end: LinkEnd, added_clsact: bool) -> None:
     else:
         run(end.pid, ['tc', 'filter', 'del', *dev, 'egress', 'pref',
                       TC_GRAY_PREF], None)
+
 
 @cache
 def tc_random_drop_available() -> bool:
@@ -233,6 +240,7 @@ def tc_random_drop_available() -> bool:
     finally:
         subprocess.run(['ip', 'netns', 'del', ns], capture_output=True)
 
+
 def _gray_detail(gray: GrayLoss) -> str:
     where = ', '.join(e.where() for e in gray.link.ends)
     if gray.method == 'tc':
@@ -241,10 +249,13 @@ def _gray_detail(gray: GrayLoss) -> str:
     return 'nft table netdev %s dropping %.2f%% at egress of %s' % (
         gray.table, gray.loss_pct, where)
 
+
 _COUNTER = re.compile(r'counter packets (\d+) bytes \d+')
+
 
 def _counter_packets(listing: str) -> list[int]:
     return [int(n) for n in _COUNTER.findall(listing)]
+
 
 def _check_loss(loss_pct: float) -> float:
     if isinstance(loss_pct, bool) or not isinstance(loss_pct, (int, float)) \

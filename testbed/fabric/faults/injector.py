@@ -35,6 +35,7 @@ from testbed.fabric.faults.outages import Holder, OutageFaults, _check_flap
 from testbed.fabric.faults.rate import RateChange, RateFaults, _check_mbit
 from testbed.fabric.net import FabricNet
 
+
 @dataclass(order=True)
 class ScheduledAction:
     at: float                                   # time.monotonic() when due

@@ -154,6 +154,7 @@ def _admin_detail(state: str, changed: list[FabricLink], total: int) -> str:
         text += ' (%d more held by other faults)' % (total - len(changed))
     return text
 
+
 def _check_flap(period_s: float, count: int, down_s: float | None) -> float:
     if isinstance(period_s, bool) or not isinstance(period_s, (int, float)) \
             or not math.isfinite(period_s) or period_s <= 0:

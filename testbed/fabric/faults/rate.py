@@ -24,6 +24,7 @@ class HtbClass:
     burst: str
     cburst: str
 
+
 @dataclass
 class RateChange:
     link: FabricLink
@@ -111,6 +112,7 @@ class RateFaults:
 
 _HTB_FIELD = re.compile(r' (rate|ceil|burst|cburst) (\S+)')
 
+
 def _parse_htb(line: str, end: LinkEnd) -> HtbClass:
     fields = dict(_HTB_FIELD.findall(line))
     try:
@@ -119,6 +121,7 @@ def _parse_htb(line: str, end: LinkEnd) -> HtbClass:
     except KeyError:
         raise FaultError('%s: cannot read HTB class: %s'
                          % (end.where(), line)) from None
+
 
 def _check_mbit(mbit: float) -> float:
     if isinstance(mbit, bool) or not isinstance(mbit, (int, float)) \

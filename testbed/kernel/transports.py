@@ -36,56 +36,33 @@ docs/kernel-baselines.md.
 """
 from __future__ import annotations
 
-import ctypes
 import errno
-import hashlib
 import os
 import selectors
 import socket
-import struct
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
-
-from testbed.fabric.netns import inside, write_sysctl
-from testbed.fabric.usid_plan import FabricPlan, HostPort, Path
+from testbed.fabric.netns import inside
+from testbed.fabric.usid_plan import FabricPlan, Path
+from testbed.kernel.mptcp import _MptcpHost
+from testbed.kernel.routes import (SEG6_MODES, TABLE_BASE, TABLES_PER_FLOW,
+                                   KernelTransportError, _add_routes,
+                                   _del_routes, _RouteEntry, _selector,
+                                   mirror)
+from testbed.kernel.sockinfo import (IPPROTO_MPTCP, TCP_CONGESTION,
+                                     SubflowStats, mptcp_counters,
+                                     mptcp_subflows, tcp_info)
+from testbed.kernel.streams import _Receiver, _Sender
 from testbed.nic.routes import five_tuple_hash
 
 Transport = Literal['tcp', 'mptcp']
 TRANSPORTS: tuple[str, ...] = ('tcp', 'mptcp')
-SEG6_MODES: tuple[str, ...] = ('encap', 'encap.red')
 
-IPPROTO_MPTCP = 262
-SOL_MPTCP = 284
-MPTCP_TCPINFO = 2
-MPTCP_SUBFLOW_ADDRS = 3
-TCP_CONGESTION = 13
-TCP_INFO_SIZE = 232                 # struct tcp_info up to tcpi_snd_wnd
-SUBFLOW_ADDRS_SIZE = 256            # two struct __kernel_sockaddr_storage
-SUBFLOW_DATA_SIZE = 16              # struct mptcp_subflow_data
-MAX_SUBFLOWS = 16
-
-RULE_PRIORITY = 1000                # before main (32766), after local (0)
-TABLE_BASE = 1000                   # flow n, plane p: table 1000 + 16 n + p
-TABLES_PER_FLOW = 16
-MPTCP_MAX_SUBFLOWS = 8              # the kernel's cap on extra subflows
-ENDPOINT_ID_BASE = 200              # our MPTCP endpoint ids: 200 + plane
-
-CHUNK_BYTES = 256 << 10             # random data generated and hashed per chunk
-IO_ROUNDS = 32                      # send/recv calls per flow per poll: fairness
 COUNTER_INTERVAL_S = 0.005          # sender counters are read at most this often
 ROUTE_LINGER_S = 2.0                # keep a finished flow's routes for its FINs
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-class KernelTransportError(RuntimeError):
-    """A flow could not be set up (bad arguments or kernel refusal)."""
 
 
 class Fabric(Protocol):
@@ -97,328 +74,12 @@ class Fabric(Protocol):
 
 
 @dataclass(frozen=True)
-class SubflowStats:
-    """One TCP connection or MPTCP subflow, as the sender's kernel sees it."""
-    plane: int
-    local: str
-    local_port: int
-    remote: str
-    remote_port: int
-    bytes_acked: int
-    bytes_sent: int
-    bytes_retrans: int
-    total_retrans: int
-    rtt_us: int
-    cwnd: int
-
-
-@dataclass(frozen=True)
 class FlowProgress:
     flow_id: int
     delivered_bytes: int
     completed: bool
     error: str | None
 
-
-@dataclass(frozen=True)
-class _RouteEntry:
-    """One seg6 route, alone in its table, and the rule that selects it."""
-    table: int
-    intf: str
-    local: str          # preferred source address
-    peer: str           # destination address (/128)
-    carrier: str
-    selector: tuple[tuple[str, object], ...]
-
-
-# ------------------------------------------------------------------ routes
-
-def _add_routes(pid: int, entries: list[_RouteEntry], mode: str) -> None:
-    """Routes, then the rules that select them. pyroute2 (in-process, ~1 ms)
-    knows seg6 modes `encap` and `inline` only; other modes go through
-    iproute2."""
-    if mode != 'encap':
-        for e in entries:
-            ip_in(pid, '-6', 'route', 'add', e.peer + '/128', 'encap', 'seg6',
-                  'mode', mode, 'segs', e.carrier, 'dev', e.intf, 'src',
-                  e.local, 'table', str(e.table))
-    with inside(pid), IPRoute() as ipr:
-        for e in entries:
-            if mode == 'encap':
-                idx = ipr.link_lookup(ifname=e.intf)[0]
-                ipr.route('add', dst=e.peer + '/128', table=e.table, oif=idx,
-                          prefsrc=e.local, encap={
-                              'type': 'seg6', 'mode': 'encap',
-                              'segs': [e.carrier]})
-            ipr.rule('add', family=socket.AF_INET6, priority=RULE_PRIORITY,
-                     table=e.table, **dict(e.selector))
-
-
-def _del_routes(pid: int, entries: list[_RouteEntry]) -> None:
-    with inside(pid), IPRoute() as ipr:
-        for e in entries:
-            _ignore_missing(ipr.rule, 'del', family=socket.AF_INET6,
-                            priority=RULE_PRIORITY, table=e.table,
-                            **dict(e.selector))
-            _ignore_missing(ipr.route, 'del', dst=e.peer + '/128',
-                            table=e.table)
-
-
-def _ignore_missing(call: Callable, *args, **kwargs) -> None:
-    try:
-        call(*args, **kwargs)
-    except NetlinkError as err:
-        if err.code not in (errno.ENOENT, errno.ESRCH):
-            raise
-
-
-def _selector(src: str | None = None, dst: str | None = None,
-              sport: int | None = None, dport: int | None = None
-              ) -> tuple[tuple[str, object], ...]:
-    """pyroute2 rule arguments: TCP, the given /128 addresses and ports."""
-    rule: dict[str, object] = {'ip_proto': socket.IPPROTO_TCP}
-    if src:
-        rule.update(src=src, src_len=128)
-    if dst:
-        rule.update(dst=dst, dst_len=128)
-    if sport:
-        rule['sport_range'] = '%d:%d' % (sport, sport)
-    if dport:
-        rule['dport_range'] = '%d:%d' % (dport, dport)
-    return tuple(rule.items())
-
-
-def mirror(plan: FabricPlan, path: Path) -> Path:
-    """The reverse of a path: same plane, same switches, reversed."""
-    for back in plan.paths(path.dst, path.src, path.plane):
-        if back.switches == path.switches[::-1]:
-            return back
-    raise KernelTransportError('no reverse path for %s' % path.carrier)
-
-
-# ------------------------------------------------------------- MPTCP hosts
-
-def ip_in(pid: int, *args: str) -> str:
-    """Run `ip ARGS` in a host's namespace; its stdout, or an error."""
-    done = subprocess.run(['nsenter', '--net=/proc/%d/ns/net' % pid, 'ip',
-                           *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise KernelTransportError('ip %s: %s' % (' '.join(args),
-                                                  done.stderr.strip()))
-    return done.stdout
-
-
-def mptcp_limits(pid: int) -> dict[str, int]:
-    """`ip mptcp limits` as {'subflows': n, 'add_addr_accepted': n}
-    (iproute2 6.1 has no JSON output for it)."""
-    words = ip_in(pid, 'mptcp', 'limits', 'show').split()
-    return {k: int(v) for k, v in zip(words[::2], words[1::2])}
-
-
-class _MptcpHost:
-    """A host's in-kernel MPTCP path manager, set up for one subflow per
-    plane: every plane's address is a `subflow` endpoint bound to its port
-    (a sender opens a subflow from each, except the one its initial subflow
-    already uses), nothing is announced or accepted from announcements.
-    Undone by restore().
-
-    Why not `signal` endpoints on the receiver: a host is often sender and
-    receiver at once, so it would announce as a sender too, and a receiver
-    accepting that announcement opens its own join towards the sender's
-    ephemeral port; that join holds the receiver's subflow quota and the
-    sender's real join is rejected (MPJoinRejected, seen here). A receiver's
-    own `subflow` endpoints fail at once instead (each is bound to a port
-    with no route to the sender's initial address: MPJoinSynTxCreatSkErr
-    or ...ConnectErr), and the subflow limit is the kernel's maximum so
-    such an attempt cannot crowd out a join: the endpoints alone bound a
-    sender to one subflow per plane."""
-
-    def __init__(self, pid: int, ports: list[HostPort]) -> None:
-        self.pid = pid
-        self.ports = ports
-        self.saved_limits: dict[str, int] | None = None
-        self.endpoint_ids: list[int] = []
-
-    def enable(self) -> None:
-        with inside(self.pid):
-            write_sysctl('net.mptcp.enabled', 1)
-        self.saved_limits = mptcp_limits(self.pid)
-        ip_in(self.pid, 'mptcp', 'limits', 'set', 'subflow',
-              str(MPTCP_MAX_SUBFLOWS), 'add_addr_accepted', '0')
-        for port in self.ports:
-            endpoint_id = ENDPOINT_ID_BASE + port.plane
-            ip_in(self.pid, 'mptcp', 'endpoint', 'add', port.address, 'dev',
-                  port.intf, 'id', str(endpoint_id), 'subflow')
-            self.endpoint_ids.append(endpoint_id)
-
-    def restore(self) -> None:
-        for endpoint_id in self.endpoint_ids:
-            ip_in(self.pid, 'mptcp', 'endpoint', 'delete', 'id',
-                  str(endpoint_id))
-        self.endpoint_ids.clear()
-        if self.saved_limits is not None:
-            ip_in(self.pid, 'mptcp', 'limits', 'set', 'subflow',
-                  str(self.saved_limits['subflows']), 'add_addr_accepted',
-                  str(self.saved_limits['add_addr_accepted']))
-            self.saved_limits = None
-
-
-# --------------------------------------------------------- kernel counters
-
-def _getsockopt_into(sock: socket.socket, level: int, option: int,
-                     buf: ctypes.Array) -> int:
-    """getsockopt into a caller-initialised buffer: the MPTCP options read a
-    request header from it, and Python's getsockopt passes garbage."""
-    size = ctypes.c_uint32(ctypes.sizeof(buf))
-    if _libc.getsockopt(sock.fileno(), level, option, buf,
-                        ctypes.byref(size)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return size.value
-
-
-def _tcp_info_fields(raw: bytes) -> dict[str, int]:
-    raw = raw.ljust(TCP_INFO_SIZE, b'\0')
-    return {'state': raw[0],
-            'rtt_us': struct.unpack_from('I', raw, 68)[0],
-            'cwnd': struct.unpack_from('I', raw, 80)[0],
-            'total_retrans': struct.unpack_from('I', raw, 100)[0],
-            'bytes_acked': struct.unpack_from('Q', raw, 120)[0],
-            'bytes_sent': struct.unpack_from('Q', raw, 200)[0],
-            'bytes_retrans': struct.unpack_from('Q', raw, 208)[0]}
-
-
-def tcp_info(sock: socket.socket) -> dict[str, int]:
-    return _tcp_info_fields(sock.getsockopt(socket.IPPROTO_TCP,
-                                            socket.TCP_INFO, TCP_INFO_SIZE))
-
-
-def _subflow_array(sock: socket.socket, option: int, size_user: int
-                   ) -> tuple[int, list[bytes]]:
-    """(subflows the kernel has, the elements that fit our buffer)."""
-    buf = ctypes.create_string_buffer(SUBFLOW_DATA_SIZE +
-                                      MAX_SUBFLOWS * size_user)
-    struct.pack_into('IIII', buf, 0, SUBFLOW_DATA_SIZE, 0, 0, size_user)
-    _getsockopt_into(sock, SOL_MPTCP, option, buf)
-    count = struct.unpack_from('I', buf, 4)[0]
-    raw = buf.raw
-    return count, [raw[SUBFLOW_DATA_SIZE + i * size_user:
-                       SUBFLOW_DATA_SIZE + (i + 1) * size_user]
-                   for i in range(min(count, MAX_SUBFLOWS))]
-
-
-def _sockaddr6(raw: bytes) -> tuple[str, int]:
-    port = struct.unpack_from('!H', raw, 2)[0]
-    return socket.inet_ntop(socket.AF_INET6, raw[8:24]), port
-
-
-def mptcp_subflows(sock: socket.socket) -> list[tuple[str, int, str, int,
-                                                      dict[str, int]]]:
-    """(local, lport, remote, rport, tcp_info fields) per subflow of an
-    MPTCP socket. Two getsockopts walk the same subflow list; when a subflow
-    came or went in between, read again."""
-    for _ in range(3):
-        n_info, infos = _subflow_array(sock, MPTCP_TCPINFO, TCP_INFO_SIZE)
-        n_addr, addrs = _subflow_array(sock, MPTCP_SUBFLOW_ADDRS,
-                                       SUBFLOW_ADDRS_SIZE)
-        if n_info == n_addr:
-            return [(*_sockaddr6(a[:128]), *_sockaddr6(a[128:]),
-                     _tcp_info_fields(i)) for a, i in zip(addrs, infos)]
-    return []
-
-
-def _proc_net(pid: int, name: str) -> str:
-    with open('/proc/%d/net/%s' % (pid, name)) as f:
-        return f.read()
-
-
-def mptcp_counters(pid: int) -> dict[str, int]:
-    """The namespace's MPTcpExt* counters (what `nstat` shows)."""
-    lines = [l.split() for l in _proc_net(pid, 'netstat').splitlines()
-             if l.startswith('MPTcpExt:')]
-    if len(lines) < 2:
-        return {}
-    return {'MPTcpExt' + k: int(v) for k, v in zip(lines[0][1:], lines[1][1:])}
-
-
-def interface_bytes(pid: int) -> dict[str, tuple[int, int]]:
-    """intf -> (rx bytes, tx bytes) in a namespace."""
-    out = {}
-    for line in _proc_net(pid, 'dev').splitlines()[2:]:
-        name, _, rest = line.partition(':')
-        fields = rest.split()
-        out[name.strip()] = (int(fields[0]), int(fields[8]))
-    return out
-
-
-# ------------------------------------------------------------------ ends
-
-class _Sender:
-    """The connecting end: writes `size` bytes of fresh random data,
-    hashing what it writes, then shuts its side down."""
-
-    def __init__(self, sock: socket.socket, size: int) -> None:
-        self.sock = sock
-        self.remaining = size
-        self.digest = hashlib.sha256()
-        self.chunk = memoryview(b'')
-        self.written = 0
-        self.connected = False
-        self.done = False
-
-    def on_writable(self) -> None:
-        if not self.connected:
-            err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err:
-                raise OSError(err, 'connect: ' + os.strerror(err))
-            self.connected = True
-        for _ in range(IO_ROUNDS):
-            if not self.chunk and not self._refill():
-                return
-            try:
-                n = self.sock.send(self.chunk)
-            except BlockingIOError:
-                return
-            self.chunk = self.chunk[n:]
-            self.written += n
-
-    def _refill(self) -> bool:
-        if self.remaining == 0:
-            self.sock.shutdown(socket.SHUT_WR)
-            self.done = True
-            return False
-        data = os.urandom(min(CHUNK_BYTES, self.remaining))
-        self.digest.update(data)
-        self.remaining -= len(data)
-        self.chunk = memoryview(data)
-        return True
-
-
-class _Receiver:
-    """The accepting end: reads everything, hashing it, until EOF."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = bytearray(CHUNK_BYTES)
-        self.view = memoryview(self.buf)
-        self.digest = hashlib.sha256()
-        self.received = 0
-
-    def on_readable(self) -> bool:
-        """Read what is there; True at EOF."""
-        for _ in range(IO_ROUNDS):
-            try:
-                n = self.sock.recv_into(self.buf)
-            except BlockingIOError:
-                return False
-            if n == 0:
-                return True
-            self.digest.update(self.view[:n])
-            self.received += n
-        return False
-
-
-# ------------------------------------------------------------------ flows
 
 class FlowHandle:
     """One transfer from `src` to `dst`. Read at any time: delivered_bytes
@@ -956,13 +617,6 @@ class KernelTransports:
     def mptcp_counters(self, host: str) -> dict[str, int]:
         """The host's MPTcpExt* counters (as `nstat -a MPTcpExt*`)."""
         return mptcp_counters(self._pid(host))
-
-    def plane_tx_bytes(self, host: str) -> dict[int, int]:
-        """Bytes sent out of each of the host's plane ports, all traffic
-        included (outer headers too)."""
-        counts = interface_bytes(self._pid(host))
-        return {p: counts[self.plan.host_ports[(host, p)].intf][1]
-                for p in self.plan.planes}
 
     # -------------------------------------------------------------- close
 

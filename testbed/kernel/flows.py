@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from testbed.fabric.net import FabricNet
-from testbed.workload.kernel_transports import FlowHandle, KernelTransports
+from testbed.kernel.transports import FlowHandle, KernelTransports
 
 POLL_WAIT_S = 0.001
 

@@ -1,0 +1,109 @@
+"""The kernel routes that carry TCP and MPTCP over the uSID fabric: a
+`seg6` encap route per flow and plane, alone in its own table, chosen by a
+policy rule; and the mirror of a path for the reverse direction."""
+from __future__ import annotations
+
+import errno
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from testbed.fabric.netns import inside
+from testbed.fabric.usid_plan import FabricPlan, Path
+
+SEG6_MODES: tuple[str, ...] = ('encap', 'encap.red')
+RULE_PRIORITY = 1000                # before main (32766), after local (0)
+TABLE_BASE = 1000                   # flow n, plane p: table 1000 + 16 n + p
+TABLES_PER_FLOW = 16
+
+
+class KernelTransportError(RuntimeError):
+    """A flow could not be set up (bad arguments or kernel refusal)."""
+
+
+@dataclass(frozen=True)
+class _RouteEntry:
+    """One seg6 route, alone in its table, and the rule that selects it."""
+    table: int
+    intf: str
+    local: str          # preferred source address
+    peer: str           # destination address (/128)
+    carrier: str
+    selector: tuple[tuple[str, object], ...]
+
+
+def _add_routes(pid: int, entries: list[_RouteEntry], mode: str) -> None:
+    """Routes, then the rules that select them. pyroute2 (in-process, ~1 ms)
+    knows seg6 modes `encap` and `inline` only; other modes go through
+    iproute2."""
+    if mode != 'encap':
+        for e in entries:
+            ip_in(pid, '-6', 'route', 'add', e.peer + '/128', 'encap', 'seg6',
+                  'mode', mode, 'segs', e.carrier, 'dev', e.intf, 'src',
+                  e.local, 'table', str(e.table))
+    with inside(pid), IPRoute() as ipr:
+        for e in entries:
+            if mode == 'encap':
+                idx = ipr.link_lookup(ifname=e.intf)[0]
+                ipr.route('add', dst=e.peer + '/128', table=e.table, oif=idx,
+                          prefsrc=e.local, encap={
+                              'type': 'seg6', 'mode': 'encap',
+                              'segs': [e.carrier]})
+            ipr.rule('add', family=socket.AF_INET6, priority=RULE_PRIORITY,
+                     table=e.table, **dict(e.selector))
+
+
+def _del_routes(pid: int, entries: list[_RouteEntry]) -> None:
+    with inside(pid), IPRoute() as ipr:
+        for e in entries:
+            _ignore_missing(ipr.rule, 'del', family=socket.AF_INET6,
+                            priority=RULE_PRIORITY, table=e.table,
+                            **dict(e.selector))
+            _ignore_missing(ipr.route, 'del', dst=e.peer + '/128',
+                            table=e.table)
+
+
+def _ignore_missing(call: Callable, *args, **kwargs) -> None:
+    try:
+        call(*args, **kwargs)
+    except NetlinkError as err:
+        if err.code not in (errno.ENOENT, errno.ESRCH):
+            raise
+
+
+def _selector(src: str | None = None, dst: str | None = None,
+              sport: int | None = None, dport: int | None = None
+              ) -> tuple[tuple[str, object], ...]:
+    """pyroute2 rule arguments: TCP, the given /128 addresses and ports."""
+    rule: dict[str, object] = {'ip_proto': socket.IPPROTO_TCP}
+    if src:
+        rule.update(src=src, src_len=128)
+    if dst:
+        rule.update(dst=dst, dst_len=128)
+    if sport:
+        rule['sport_range'] = '%d:%d' % (sport, sport)
+    if dport:
+        rule['dport_range'] = '%d:%d' % (dport, dport)
+    return tuple(rule.items())
+
+
+def mirror(plan: FabricPlan, path: Path) -> Path:
+    """The reverse of a path: same plane, same switches, reversed."""
+    for back in plan.paths(path.dst, path.src, path.plane):
+        if back.switches == path.switches[::-1]:
+            return back
+    raise KernelTransportError('no reverse path for %s' % path.carrier)
+
+
+def ip_in(pid: int, *args: str) -> str:
+    """Run `ip ARGS` in a host's namespace; its stdout, or an error."""
+    done = subprocess.run(['nsenter', '--net=/proc/%d/ns/net' % pid, 'ip',
+                           *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise KernelTransportError('ip %s: %s' % (' '.join(args),
+                                                  done.stderr.strip()))
+    return done.stdout
