@@ -11,9 +11,8 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.harness import Spread  # noqa: E402
+from testbed.workload.transports import colour  # noqa: E402
 
-COLOURS = {'mrc': '#1f77b4', 'ecmp': '#ff7f0e', 'rc': '#d62728',
-           'tcp': '#2ca02c', 'mptcp': '#9467bd'}
 
 
 def grouped_bars(path: Path, groups: Mapping[str, Mapping[str, Spread]],
@@ -39,7 +38,7 @@ def grouped_bars(path: Path, groups: Mapping[str, Mapping[str, Spread]],
             los.append((s.median - min(s.values)) * scale)
             his.append((max(s.values) - s.median) * scale)
         ax.bar(xs, mids, width, yerr=[los, his], capsize=3, label=transport,
-               color=COLOURS.get(transport))
+               color=colour(transport))
     if reference is not None:
         ax.axhline(reference, color='grey', linestyle='--', linewidth=1,
                    label=reference_label)
@@ -60,7 +59,7 @@ def cdfs(path: Path, series: Mapping[str, Sequence[float]], xlabel: str,
             continue
         ys = [(i + 1) / len(ordered) for i in range(len(ordered))]
         ax.step(ordered, ys, where='post', label='%s (n=%d)' % (
-            name, len(ordered)), color=COLOURS.get(name.split()[0]))
+            name, len(ordered)), color=colour(name.split()[0]))
     if log:
         ax.set_xscale('symlog', linthresh=0.01)
     ax.set_xlabel(xlabel)

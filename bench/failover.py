@@ -222,7 +222,7 @@ def bypass(run, failure: Failure, target: dict | None, plan) -> float | None:
 def base_rtt(fab, samples: int = 30) -> float:
     """Median time from posting a 1 KB MRC write to its completion on the
     idle fabric: one round trip through the emulator and both endpoints."""
-    flows = EndpointFlows(fab, 'mrc', RATE_MBIT * 1e6, seed=1)
+    flows = EndpointFlows(fab, 'mrc', seed=1)
     try:
         flows.prepare([(SRC, DST, 1000)])
         times = []

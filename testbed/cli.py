@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+from testbed.workload.transports import NAMES as TRANSPORT_NAMES
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
@@ -57,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                      default='scenarios/link_failure_allreduce.yaml',
                      help='scenario YAML (default: %(default)s)')
     run.add_argument('--transport', action='append', default=None,
-                     choices=['mrc', 'rc', 'ecmp', 'tcp', 'mptcp'],
+                     choices=TRANSPORT_NAMES,
                      help='only these transports (repeatable)')
     run.add_argument('--out', default='results', metavar='DIR',
                      help='results root (default: %(default)s)')

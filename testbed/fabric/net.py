@@ -79,6 +79,10 @@ class FabricNet:
             raise FabricError('%s: %s' % (spec, err)) from err
         self.topo = spec.build()
         self.plan = FabricPlan.from_topo(self.topo)
+        # The one road of the link rate: what every link is shaped to (the
+        # spec's bw=), None on unshaped links. Drivers size their QPs on it.
+        bw = spec.kwargs().get('bw')
+        self.link_rate_bps: float | None = float(bw) * 1e6 if bw else None
         self.workdir: Path | None = None    # made once the run lock is ours
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None

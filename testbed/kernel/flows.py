@@ -11,7 +11,8 @@ POLL_WAIT_S = 0.001
 
 
 class KernelFlows:
-    def __init__(self, fab: FabricNet, transport: str) -> None:
+    def __init__(self, fab: FabricNet, transport: str, seed: int = 0) -> None:
+        # `seed` for the driver interface: the kernel picks its own ports.
         self.transport = transport
         self.kernel = KernelTransports(fab)
         self.handles: dict[int, FlowHandle] = {}

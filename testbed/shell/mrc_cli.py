@@ -32,18 +32,18 @@ from testbed.shell.text import (MIB, CliError, mib, ms, number, one_line,
                                 split_words, state_counts, table, target_name,
                                 write_summary)
 from testbed.shell.transfers import Progress, Transfers, port_counters
+from testbed.workload.transports import ENDPOINT_NAMES, NAMES
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.fabric.faults.catalogue import down_kind, undo_kinds
 
 TICK_S = 0.02               # how often queued flap steps are applied
-TRANSPORTS = ('mrc', 'rc', 'ecmp')
-SCENARIO_TRANSPORTS = ('mrc', 'rc', 'ecmp', 'tcp', 'mptcp')
+TRANSPORTS = ENDPOINT_NAMES         # what an agent's QP can be
 BAR = 24
 # What each command completes besides node names (and files for scenario).
 WORDS = {'paths': ('--plane',), 'write': ('--transport', '--imm') + TRANSPORTS,
          'evs': ('--paths',), 'fail': ('plane', 'nic'),
          'restore': ('plane', 'nic', 'all'),
-         'scenario': ('--quick', '--transport', '--out') + SCENARIO_TRANSPORTS}
+         'scenario': ('--quick', '--transport', '--out') + NAMES}
 HELP = (
     'MRC commands (help CMD for each):\n'
     '  paths H1 H2 [--plane P]          uSID paths and whether each works\n'
@@ -421,7 +421,7 @@ class MrcCLI(CLI):
         from testbed.workload.runner import fabric_spec
         from testbed.workload.scenario import load_scenario
         args = parse_args('scenario', line, ('file',), quick=bool,
-                      transport=list(SCENARIO_TRANSPORTS), out=str)
+                      transport=list(NAMES), out=str)
         scenario = load_scenario(args.file)
         sc = scenario.quick_version() if args.quick else scenario
         wanted = fabric_spec(sc.topology, sc.link_rate_mbit)
@@ -521,8 +521,7 @@ def run_cli(spec: TopoSpec) -> int:
     try:
         _start(fab)
         setLogLevel('output')       # FabricNet quiets Mininet; the CLI talks
-        bw = spec.kwargs().get('bw')
-        transfers = Transfers(fab, bw * 1e6 if bw else None)
+        transfers = Transfers(fab)
         output('%s: %d hosts, %d switches, %d planes, built in %.1f s; MRC '
                'agents start on first use.\n%s' % (
                    spec, len(fab.plan.hosts), len(fab.plan.switches),

@@ -69,11 +69,11 @@ class WriteResult:
 class Transfers:
     """Agents, QP pairs and writes on one running fabric."""
 
-    def __init__(self, fab: FabricNet, port_rate_bps: float | None) -> None:
+    def __init__(self, fab: FabricNet) -> None:
         self.fab = fab
-        # The shaped rate NSCC is sized on; None on unshaped links, where
-        # only the MPR window bounds a QP.
-        self.port_rate_bps = port_rate_bps
+        # The shaped rate NSCC is sized on (None on unshaped links, where
+        # only the MPR window bounds a QP) is the fabric's own.
+        self.port_rate_bps = fab.link_rate_bps
         self.connections: dict[tuple[str, str, str], Connection] = {}
         self.labels: dict[tuple[str, int], str] = {}   # (host, qpn) -> text
         self.agents: dict[str, AgentHandle] = {}

@@ -47,15 +47,14 @@ class EndpointFlow:
 class EndpointFlows:
     """Start flows, advance the loop, read progress at any time."""
 
-    def __init__(self, fab: FabricNet, transport: str, link_rate_bps: float,
-                 seed: int) -> None:
+    def __init__(self, fab: FabricNet, transport: str, seed: int) -> None:
         self.fab = fab
         self.transport = transport
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
         self.runtime = SocketRuntime(self.book, tap=self._count)
         self.attrs = emulated_qp_attrs(*qp_reach(
-            transport, link_rate_bps, len(plan.planes),
+            transport, fab.link_rate_bps, len(plan.planes),
             plan.longest_path_links))
         self.endpoints: dict[str, Endpoint] = {}
         self.connections: dict[tuple[str, str], Connection] = {}

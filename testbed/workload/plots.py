@@ -10,9 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from testbed.workload.metrics import smoothed  # noqa: E402
 from testbed.workload.runner import BIN_S, TransportRun  # noqa: E402
+from testbed.workload.transports import colour  # noqa: E402
 
-COLOURS = {'mrc': '#1b7837', 'rc': '#b2182b', 'ecmp': '#2166ac',
-           'tcp': '#762a83', 'mptcp': '#e08214'}
 
 
 def _first_reps(runs: list[TransportRun]) -> list[TransportRun]:
@@ -24,7 +23,7 @@ def goodput_plot(path: Path, runs: list[TransportRun], title: str) -> None:
     for run in _first_reps(runs):
         mbps = smoothed([b * 8 / BIN_S / 1e6 for b in run.goodput_bins], BIN_S)
         ax.plot([(i + 1) * BIN_S for i in range(len(mbps))], mbps,
-                label=run.transport, color=COLOURS.get(run.transport))
+                label=run.transport, color=colour(run.transport))
     faults = {f for run in runs for f in run.fault_times}
     for at, kind in sorted(faults):
         ax.axvline(at, color='grey', linestyle='--', linewidth=0.8)
@@ -96,7 +95,7 @@ def cdf_plot(path: Path, runs: list[TransportRun], steps: dict[str, list]
             ordered = sorted(values)
             ax.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))],
                     where='post', label=transport,
-                    color=COLOURS.get(transport))
+                    color=colour(transport))
     ax.set(xlabel='step / flow completion time (s)', ylabel='CDF',
            title='completion times')
     ax.legend()
@@ -109,10 +108,10 @@ def comparison_plot(path: Path, summary: dict[str, dict]) -> None:
     names = list(summary)
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
     left.bar(names, [summary[n]['goodput_mbps'] for n in names],
-             color=[COLOURS.get(n) for n in names])
+             color=[colour(n) for n in names])
     left.set(ylabel='goodput (Mbit/s)', title='goodput')
     right.bar(names, [summary[n]['flows_done'] / max(summary[n]['flows'], 1)
-                      for n in names], color=[COLOURS.get(n) for n in names])
+                      for n in names], color=[colour(n) for n in names])
     right.set(ylabel='fraction of flows completed', ylim=(0, 1.05),
               title='completion')
     fig.tight_layout()

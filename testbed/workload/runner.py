@@ -17,9 +17,9 @@ from testbed.fabric.faults.catalogue import call_args
 from testbed.fabric.net import FabricNet
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.workload.emulation_health import HealthSample, health_between
+from testbed.workload.transports import transport
 
 BIN_S = 0.01                 # timeline resolution: goodput per 10 ms
-ENDPOINT_TRANSPORTS = ('mrc', 'rc', 'ecmp')
 Progress = Callable[[str], None]
 
 
@@ -79,15 +79,6 @@ def apply_fault(injector, fault) -> None:
     injector.apply(fault.kind, **call_args(fault.kind, fault.params))
 
 
-def make_driver(fab: FabricNet, transport: str, link_rate_mbit: float,
-                seed: int):
-    if transport in ENDPOINT_TRANSPORTS:
-        from testbed.workload.endpoint_flows import EndpointFlows
-        return EndpointFlows(fab, transport, link_rate_mbit * 1e6, seed)
-    from testbed.kernel.flows import KernelFlows
-    return KernelFlows(fab, transport)
-
-
 class TransportRunner:
     """One transport, one repetition, on a fabric that lives for the run."""
 
@@ -111,8 +102,7 @@ class TransportRunner:
             self.run.steps = tuple(getattr(phases, 'steps', ()))
             self.run.plane_bins = {p: [] for p in fab.plan.planes}
             injector = make_injector(fab, self._log)
-            driver = make_driver(fab, self.run.transport,
-                                 self.sc.link_rate_mbit, self.sc.seed)
+            driver = transport(self.run.transport).driver(fab, self.sc.seed)
             try:
                 self._loop(fab, driver, injector, phases)
             finally:

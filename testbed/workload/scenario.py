@@ -22,11 +22,11 @@ from testbed.fabric.faults.catalogue import FAULT_KINDS, Param
 from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
 from testbed.workload.connection_matrix import (
     ConnectionMatrixError, load_cm, matrix_to_workload, node_host)
+from testbed.workload.transports import NAMES as TRANSPORT_NAMES
 from testbed.workload.model import (ConnectionMatrix, FabricOf, Fault,
                                     Scenario, Victim, WorkloadSpec, fabric_of)
 from testbed.workload.workloads import check_shares_last_hop
 
-TRANSPORTS = ('mrc', 'rc', 'ecmp', 'tcp', 'mptcp')
 REQUIRED_KEYS = ('name', 'topology', 'link_rate_mbit', 'transports',
                  'workload', 'duration_s')
 OPTIONAL_KEYS = ('description', 'faults', 'seed', 'repetitions', 'quick')
@@ -195,11 +195,11 @@ def _transports(value: Any) -> tuple[str, ...]:
     items = _list(value, 'transports')
     if not items:
         raise _Invalid('transports', 'empty: name at least one of %s'
-                       % ', '.join(TRANSPORTS))
+                       % ', '.join(TRANSPORT_NAMES))
     seen: list[str] = []
     for i, item in enumerate(items):
         where = 'transports[%d]' % i
-        _choice(item, where, TRANSPORTS, 'transport')
+        _choice(item, where, TRANSPORT_NAMES, 'transport')
         if item in seen:
             raise _Invalid(where, '%r is listed twice' % item)
         seen.append(item)

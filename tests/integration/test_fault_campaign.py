@@ -46,7 +46,7 @@ def test_random_fault_timelines(fabric_factory):
     rnd = random.Random(7)
     outcomes = []
     for n in range(TIMELINES):
-        driver = EndpointFlows(fab, 'mrc', 20e6, seed=n)
+        driver = EndpointFlows(fab, 'mrc', seed=n)
         injector = FaultInjector(fab)
         try:
             driver.prepare([(SRC, DST, SIZE)])

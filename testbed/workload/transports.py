@@ -1,0 +1,89 @@
+"""Every transport a scenario can run, in one table, and the interface
+their drivers share.
+
+The scenario schema (which names a file may list), the runner (which
+driver to start), the command line and the interactive CLI (their
+choices), the plots (one colour per transport) and the bench read the
+transports from here. A driver is imported only when its transport runs,
+so reading the table loads neither the endpoints nor the kernel flows.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from testbed.nic.transport_config import TRANSPORTS as NIC_TRANSPORTS
+
+
+class Driver(Protocol):
+    """Flows of one transport on a running fabric, advanced by `poll()`
+    from the runner's single thread."""
+    plane_bytes: Mapping[int, int]          # data bytes sent per plane
+    path_bytes: Mapping[str, int]           # ... per uSID carrier
+
+    def prepare(self, flows: list[tuple[str, str, int]]) -> None:
+        """Before the clock starts: (src, dst, size) of every flow."""
+
+    def start(self, flow_id: int, src: str, dst: str, size: int) -> dict:
+        """Start a flow; returns what it runs on, for the event log."""
+
+    def poll(self) -> None: ...
+    def delivered(self, flow_id: int) -> int: ...
+    def status(self, flow_id: int) -> str: ...          # running|done|failed
+    def error(self, flow_id: int) -> str | None: ...
+    def corrupt_bytes(self, flow_id: int) -> int: ...
+    def retransmitted_bytes(self) -> int: ...
+    def ev_events(self) -> list[dict]: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TransportInfo:
+    name: str
+    family: Literal['endpoint', 'kernel']   # ours (testbed.nic), or the kernel's
+    pinned: bool            # one path per flow (what ECMP hashing gives it)
+    colour: str             # in every plot
+    doc: str
+    driver_class: str       # module:class, imported when the transport runs
+
+    def driver(self, fab: Any, seed: int) -> Driver:
+        module, name = self.driver_class.split(':')
+        return getattr(importlib.import_module(module), name)(
+            fab, self.name, seed)
+
+
+_ENDPOINT = 'testbed.workload.endpoint_flows:EndpointFlows'
+_KERNEL = 'testbed.kernel.flows:KernelFlows'
+_ALL = (
+    TransportInfo('mrc', 'endpoint', False, '#1b7837', 'MRC: every QP sprayed '
+                  'over all paths of all planes, EVs steered by feedback',
+                  _ENDPOINT),
+    TransportInfo('rc', 'endpoint', True, '#b2182b', 'RoCE RC: one path per '
+                  'QP, go-back-N, QP error when the retry budget runs out',
+                  _ENDPOINT),
+    TransportInfo('ecmp', 'endpoint', True, '#2166ac', "one hashed path per "
+                  "QP, MRC's selective recovery", _ENDPOINT),
+    TransportInfo('tcp', 'kernel', True, '#762a83', "the kernel's TCP on one "
+                  'hashed path', _KERNEL),
+    TransportInfo('mptcp', 'kernel', False, '#e08214', "the kernel's MPTCP, "
+                  'one subflow per plane', _KERNEL),
+)
+TRANSPORTS: Mapping[str, TransportInfo] = {t.name: t for t in _ALL}
+NAMES: tuple[str, ...] = tuple(TRANSPORTS)
+ENDPOINT_NAMES: tuple[str, ...] = tuple(
+    t.name for t in _ALL if t.family == 'endpoint')
+assert set(ENDPOINT_NAMES) == set(NIC_TRANSPORTS), 'the NIC runs these'
+
+
+def transport(name: str) -> TransportInfo:
+    if name not in TRANSPORTS:
+        raise KeyError('unknown transport %r (known: %s)'
+                       % (name, ', '.join(NAMES)))
+    return TRANSPORTS[name]
+
+
+def colour(name: str) -> str | None:
+    info = TRANSPORTS.get(name)
+    return info.colour if info else None
