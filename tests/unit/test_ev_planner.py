@@ -8,10 +8,10 @@ from itertools import permutations
 
 import pytest
 
-from testbed.mrc_ctl.ev_controller import (
+from testbed.mrc_ctl.ev_planner import (
     CARRIER_FORMAT,
-    EvControllerError,
-    ExplicitEvController,
+    EvPlannerError,
+    EvPlanner,
     PairEvs,
     UnknownHostError,
     varying_bit_fields,
@@ -39,21 +39,21 @@ def plan_of(spec: str) -> FabricPlan:
 
 
 @pytest.fixture(scope='module', params=[FATTREE, LEAFSPINE])
-def built(request: pytest.FixtureRequest) -> tuple[FabricPlan, ExplicitEvController]:
+def built(request: pytest.FixtureRequest) -> tuple[FabricPlan, EvPlanner]:
     """Every host pair of the topology built once, shared by the read-only tests."""
     plan = plan_of(request.param)
-    controller = ExplicitEvController(plan)
+    controller = EvPlanner(plan)
     for src, dst in permutations(plan.hosts, 2):
         controller.explicit_evs(src, dst)
     return plan, controller
 
 
 @pytest.fixture()
-def fattree() -> ExplicitEvController:
-    return ExplicitEvController(plan_of(FATTREE))
+def fattree() -> EvPlanner:
+    return EvPlanner(plan_of(FATTREE))
 
 
-def all_pairs(plan: FabricPlan, controller: ExplicitEvController) -> list[PairEvs]:
+def all_pairs(plan: FabricPlan, controller: EvPlanner) -> list[PairEvs]:
     return [controller.built(s, d) for s, d in permutations(plan.hosts, 2)]
 
 
@@ -146,7 +146,7 @@ def test_profiles_are_online_and_sized_sensibly(built) -> None:
 
 def test_paths_by_plane_matches_the_profile_array(built) -> None:
     plan, controller = built
-    fresh = ExplicitEvController(plan)  # same seed, nothing built: recomputed from the plan
+    fresh = EvPlanner(plan)  # same seed, nothing built: recomputed from the plan
     for pair in all_pairs(plan, controller)[:20]:
         assert controller.paths_by_plane(pair.src, pair.dst) == pair.paths_by_plane
         assert fresh.paths_by_plane(pair.src, pair.dst) == pair.paths_by_plane
@@ -160,7 +160,7 @@ def test_each_pair_has_its_own_profile_and_shares_the_format(built) -> None:
     assert {id(pair.fmt_profile) for pair in pairs} == {id(controller.fmt_profile)}
 
 
-def test_paths_by_plane_feeds_an_ev_table(fattree: ExplicitEvController) -> None:
+def test_paths_by_plane_feeds_an_ev_table(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h16')
     table = EvTable(pair.paths_by_plane, pair.table_config(), random.Random(1))
     assert table.active_by_plane() == {1: 64, 2: 64}
@@ -169,17 +169,17 @@ def test_paths_by_plane_feeds_an_ev_table(fattree: ExplicitEvController) -> None
 # ------------------------------------------------------------------- shares and alignment
 
 
-def test_share_trims_to_a_repeatable_subset(fattree: ExplicitEvController) -> None:
+def test_share_trims_to_a_repeatable_subset(fattree: EvPlanner) -> None:
     plan = fattree.plan
     trimmed = fattree.paths_by_plane('h1', 'h16', per_plane=2)
-    again = ExplicitEvController(plan).paths_by_plane('h1', 'h16', per_plane=2)
+    again = EvPlanner(plan).paths_by_plane('h1', 'h16', per_plane=2)
     assert trimmed == again
     for plane, addresses in trimmed.items():
         assert len(set(addresses)) == 2
         assert set(addresses) <= {p.carrier for p in plan.paths('h1', 'h16', plane)}
 
 
-def test_a_trimmed_array_still_expands_exactly(fattree: ExplicitEvController) -> None:
+def test_a_trimmed_array_still_expands_exactly(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h16', per_plane=3)
     assert pair.ev_count == 6
     slots = [a for plane in sorted(pair.paths_by_plane) for a in pair.paths_by_plane[plane]]
@@ -193,43 +193,43 @@ def test_a_trimmed_array_still_expands_exactly(fattree: ExplicitEvController) ->
 
 
 def test_default_share_rounds_up_to_the_count_alignment() -> None:
-    controller = ExplicitEvController(plan_of(FATTREE), DeviceCaps(ev_count_align=48))
+    controller = EvPlanner(plan_of(FATTREE), DeviceCaps(ev_count_align=48))
     pair = controller.explicit_evs('h1', 'h16')
     assert pair.per_plane == 72 and pair.ev_count == 144  # 64 per plane -> next multiple of 24
 
 
 def test_misaligned_share_is_refused_with_the_step_to_use() -> None:
-    controller = ExplicitEvController(plan_of(FATTREE), DeviceCaps(ev_count_align=8))
+    controller = EvPlanner(plan_of(FATTREE), DeviceCaps(ev_count_align=8))
     with pytest.raises(ProfileError, match='multiple of 4 per plane'):
         controller.paths_by_plane('h1', 'h16', per_plane=6)
     assert controller.explicit_evs('h1', 'h16', per_plane=8).ev_count == 16
 
 
 def test_share_beyond_the_device_limit_is_e2big() -> None:
-    controller = ExplicitEvController(plan_of(FATTREE), DeviceCaps(ev_max_count_profile=64))
+    controller = EvPlanner(plan_of(FATTREE), DeviceCaps(ev_max_count_profile=64))
     with pytest.raises(ProfileError, match='ev_max_count_profile') as caught:
         controller.explicit_evs('h1', 'h16', per_plane=64)
     assert caught.value.code == errno.E2BIG
 
 
 @pytest.mark.parametrize('per_plane', [0, -1, True, 2.5])
-def test_share_must_be_a_positive_count(fattree: ExplicitEvController, per_plane) -> None:
+def test_share_must_be_a_positive_count(fattree: EvPlanner, per_plane) -> None:
     with pytest.raises(ProfileError, match='positive count'):
         fattree.paths_by_plane('h1', 'h16', per_plane=per_plane)
 
 
 def test_batched_replace_respects_ev_op_max_entries() -> None:
-    controller = ExplicitEvController(plan_of(FATTREE), DeviceCaps(ev_op_max_entries=16))
+    controller = EvPlanner(plan_of(FATTREE), DeviceCaps(ev_op_max_entries=16))
     pair = controller.explicit_evs('h1', 'h16')
     assert pair.ev_profile.state is ProfileState.ONLINE
     assert [expand(pair, e) for e in pair.ev_profile.ev_array] == \
         [a for plane in (1, 2) for a in pair.paths_by_plane[plane]]
 
 
-def test_rebuilding_with_another_share_needs_a_release(fattree: ExplicitEvController) -> None:
+def test_rebuilding_with_another_share_needs_a_release(fattree: EvPlanner) -> None:
     first = fattree.explicit_evs('h1', 'h3')
     assert fattree.explicit_evs('h1', 'h3') is first
-    with pytest.raises(EvControllerError, match='release it first'):
+    with pytest.raises(EvPlannerError, match='release it first'):
         fattree.explicit_evs('h1', 'h3', per_plane=4)
     fattree.release('h1', 'h3')
     assert first.ev_profile.state is ProfileState.INIT
@@ -238,7 +238,7 @@ def test_rebuilding_with_another_share_needs_a_release(fattree: ExplicitEvContro
     assert fattree.paths_by_plane('h1', 'h3') == again.paths_by_plane  # the built share
 
 
-def test_release_is_ebusy_while_a_qp_uses_the_profile(fattree: ExplicitEvController) -> None:
+def test_release_is_ebusy_while_a_qp_uses_the_profile(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h3')
     pair.ev_profile.attach_qp()
     with pytest.raises(ProfileError) as caught:
@@ -250,7 +250,7 @@ def test_release_is_ebusy_while_a_qp_uses_the_profile(fattree: ExplicitEvControl
 # ---------------------------------------------------------------------- deny and allow
 
 
-def test_deny_and_allow_an_ev(fattree: ExplicitEvController) -> None:
+def test_deny_and_allow_an_ev(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h16')
     target = pair.ev_profile.ev_array[0]
     fattree.deny('h1', 'h16', target)
@@ -264,7 +264,7 @@ def test_deny_and_allow_an_ev(fattree: ExplicitEvController) -> None:
     assert set(pair.ev_profile.ev_states) == {EvState.GOOD}
 
 
-def test_deny_by_path_or_carrier(fattree: ExplicitEvController) -> None:
+def test_deny_by_path_or_carrier(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h16')
     path = fattree.plan.paths('h1', 'h16', 2)[1]
     result = fattree.deny('h1', 'h16', path)
@@ -274,14 +274,14 @@ def test_deny_by_path_or_carrier(fattree: ExplicitEvController) -> None:
     assert pair.state_of(path) is EvState.GOOD
 
 
-def test_deny_works_while_a_qp_uses_the_profile(fattree: ExplicitEvController) -> None:
+def test_deny_works_while_a_qp_uses_the_profile(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h16')
     pair.ev_profile.attach_qp()
     fattree.deny('h1', 'h16', pair.ev_profile.ev_array[0])
     assert EvState.DENIED in pair.ev_profile.ev_states
 
 
-def test_deny_a_path_trimmed_out_of_the_array_is_enoent(fattree: ExplicitEvController) -> None:
+def test_deny_a_path_trimmed_out_of_the_array_is_enoent(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h16', per_plane=2)
     left_out = next(p for p in fattree.plan.paths('h1', 'h16', 1)
                     if p.carrier not in pair.paths_by_plane[1])
@@ -290,8 +290,8 @@ def test_deny_a_path_trimmed_out_of_the_array_is_enoent(fattree: ExplicitEvContr
     assert caught.value.code == errno.ENOENT
 
 
-def test_deny_needs_a_built_pair(fattree: ExplicitEvController) -> None:
-    with pytest.raises(EvControllerError, match='no explicit EVs are built for h1->h2'):
+def test_deny_needs_a_built_pair(fattree: EvPlanner) -> None:
+    with pytest.raises(EvPlannerError, match='no explicit EVs are built for h1->h2'):
         fattree.deny('h1', 'h2', EvEntry(b'\x40', 1))
 
 
@@ -299,51 +299,51 @@ def test_deny_needs_a_built_pair(fattree: ExplicitEvController) -> None:
 
 
 @pytest.mark.parametrize('src,dst', [('h1', 'h99'), ('nobody', 'h2')])
-def test_unknown_hosts_are_named(fattree: ExplicitEvController, src: str, dst: str) -> None:
+def test_unknown_hosts_are_named(fattree: EvPlanner, src: str, dst: str) -> None:
     bad = dst if src == 'h1' else src
     for call in (fattree.explicit_evs, fattree.paths_by_plane, fattree.built):
         with pytest.raises(UnknownHostError, match=f"unknown host '{bad}' \\(hosts: h1..h16\\)"):
             call(src, dst)
 
 
-def test_a_host_has_no_path_to_itself(fattree: ExplicitEvController) -> None:
-    with pytest.raises(EvControllerError, match='itself'):
+def test_a_host_has_no_path_to_itself(fattree: EvPlanner) -> None:
+    with pytest.raises(EvPlannerError, match='itself'):
         fattree.explicit_evs('h4', 'h4')
 
 
-def test_an_ev_that_expands_to_no_path_is_refused(fattree: ExplicitEvController) -> None:
+def test_an_ev_that_expands_to_no_path_is_refused(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h16')
     # Bits: plane 01, agg 0, core 00, far agg 1: core 0 reaches pod 3 through agg 0x2006.
-    with pytest.raises(EvControllerError, match='expands to fcbb:bb01:1000:2000:3000:2007:'
+    with pytest.raises(EvPlannerError, match='expands to fcbb:bb01:1000:2000:3000:2007:'
                        '1007:8010, which is not a path from h1 to h16'):
         pair.path_for(EvEntry(b'\x44', 1))
 
 
-def test_an_ev_wider_than_the_pair_profile_is_refused(fattree: ExplicitEvController) -> None:
+def test_an_ev_wider_than_the_pair_profile_is_refused(fattree: EvPlanner) -> None:
     near = fattree.explicit_evs('h1', 'h2')  # same edge: only the 2 plane bits vary
     assert near.compact_width == 2
     with pytest.raises(ProfileError, match='beyond the 2 bits'):
         near.path_for(EvEntry(b'\x7c', 1))
 
 
-def test_a_path_of_another_pair_has_no_ev_here(fattree: ExplicitEvController) -> None:
+def test_a_path_of_another_pair_has_no_ev_here(fattree: EvPlanner) -> None:
     near = fattree.explicit_evs('h1', 'h2')
     far = fattree.plan.paths('h1', 'h16', 1)[0]
     for target in (far, far.carrier):
-        with pytest.raises(EvControllerError, match='not a path from h1 to h2'):
+        with pytest.raises(EvPlannerError, match='not a path from h1 to h2'):
             near.ev_for(target)
 
 
-def test_an_ev_on_the_wrong_port_is_refused(fattree: ExplicitEvController) -> None:
+def test_an_ev_on_the_wrong_port_is_refused(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h16')
     entry = pair.ev_profile.ev_array[0]
-    with pytest.raises(EvControllerError, match='port 2 but expands to .* plane 1'):
+    with pytest.raises(EvPlannerError, match='port 2 but expands to .* plane 1'):
         pair.path_for(EvEntry(entry.val, 2))
 
 
 def test_planes_without_a_nic_port_are_refused() -> None:
-    controller = ExplicitEvController(plan_of(FATTREE), DeviceCaps(phy_port_mask=0b10))
-    with pytest.raises(EvControllerError, match=r'planes \[2\] have no NIC port'):
+    controller = EvPlanner(plan_of(FATTREE), DeviceCaps(phy_port_mask=0b10))
+    with pytest.raises(EvPlannerError, match=r'planes \[2\] have no NIC port'):
         controller.explicit_evs('h1', 'h16')
 
 
@@ -352,5 +352,5 @@ def test_varying_bit_fields_fix_the_shared_bits() -> None:
     assert [(f.init_val, f.mask) for f in fields] == [
         (0xFCBB, 0), (0xBB00, 0x3), (0x1000, 0), (0x2000, 0x1), (0x8001, 0),
         (0, 0), (0, 0), (0, 0)]
-    with pytest.raises(EvControllerError, match='no carrier'):
+    with pytest.raises(EvPlannerError, match='no carrier'):
         varying_bit_fields([])

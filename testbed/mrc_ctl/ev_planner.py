@@ -1,6 +1,8 @@
-"""Controller side of explicit SRv6 EVs: from the fabric's paths to ONLINE EXP EV profiles.
+"""The EV planner: the control plane's side of explicit SRv6 EVs, from the fabric's paths to
+ONLINE EXP EV profiles. (In the OCP control API this is "the controller"; here that word
+means the os-ken switch application, so this one is the planner.)
 
-For a (src host, dst host) pair the controller computes every path of every plane
+For a (src host, dst host) pair the planner computes every path of every plane
 (:meth:`FabricPlan.paths`), gives each plane an equal share of the QP's EVs, and installs
 them as the explicit array of an EXP EV profile (mrc-reference §4.3) whose entries are
 compact SRv6 EVs (``EvEntry(val, port=plane)``). Expanding an entry through the profile's
@@ -29,7 +31,7 @@ Choices (where the sources leave room):
    EV means something only under its own pair's profile: the same bits may name a path
    of another pair, as with any EV read under another profile.
 4. **One EXP profile per pair**, the array plane by plane (ascending), each plane's slots
-   exactly :meth:`ExplicitEvController.paths_by_plane` for that plane, so the profile and
+   exactly :meth:`EvPlanner.paths_by_plane` for that plane, so the profile and
    the QP's EvTable see the same paths in the same proportions.
 5. **Equal share per plane**. By default ``ceil(128 / planes)`` EVs per plane (P1: 128-256
    per QP), rounded up so that ``ev_count`` is a multiple of ``ev_count_align``; an
@@ -42,7 +44,7 @@ Choices (where the sources leave room):
 6. **ev_min_active = half of one plane's share** (at least 1). The NIC may demote every
    plane but one and half of the last, which absorbs any plane or link failure, while an
    endpoint-side event that times out every EV at once cannot blacklist the whole set.
-7. **event_mask = GOOD | ASSUMED_BAD**, both reportable states: the controller wants the
+7. **event_mask = GOOD | ASSUMED_BAD**, both reportable states: the planner wants the
    demotions and the resurrections to correlate failures across QPs (§4.6).
 8. **Profile ids** are sequential from 1 (format and EV profiles are separate id spaces);
    the application learns them out of band from :attr:`PairEvs.ev_profile`.
@@ -93,11 +95,11 @@ MONITORED_STATES = frozenset({EvState.GOOD, EvState.ASSUMED_BAD})
 EvTarget = EvEntry | Path | str
 
 
-class EvControllerError(ValueError):
+class EvPlannerError(ValueError):
     """A request the topology cannot satisfy (no such path, pair not built, ...)."""
 
 
-class UnknownHostError(EvControllerError):
+class UnknownHostError(EvPlannerError):
     """A host name the fabric plan does not know."""
 
 
@@ -115,7 +117,7 @@ def varying_bit_fields(carriers: Iterable[str]) -> tuple[EvField, ...]:
     """One field per carrier word: bits that differ between carriers are EV-carried."""
     words = [carrier_words(address) for address in carriers]
     if not words:
-        raise EvControllerError('no carrier to derive EV fields from')
+        raise EvPlannerError('no carrier to derive EV fields from')
     fields = []
     for slot, reference in enumerate(words[0]):
         mask = 0
@@ -228,10 +230,10 @@ class PairEvs:
         address = expanded_carrier(entry, self.fields)
         path = self.paths.get(address)
         if path is None:
-            raise EvControllerError(f'{entry!r} expands to {address}, which is not a path '
+            raise EvPlannerError(f'{entry!r} expands to {address}, which is not a path '
                                     f'from {self.src} to {self.dst}')
         if path.plane != entry.port:
-            raise EvControllerError(f'{entry!r} is on port {entry.port} but expands to '
+            raise EvPlannerError(f'{entry!r} is on port {entry.port} but expands to '
                                     f'{address}, a path of plane {path.plane}')
         return path
 
@@ -260,14 +262,14 @@ class PairEvs:
         address = path.carrier if isinstance(path, Path) else str(path)
         found = self.paths.get(address)
         if found is None or (isinstance(path, Path) and path != found):
-            raise EvControllerError(f'{path!r} is not a path from {self.src} to {self.dst}')
+            raise EvPlannerError(f'{path!r} is not a path from {self.src} to {self.dst}')
         return found
 
 
-# ---------------------------------------------------------------------- controller
+# ------------------------------------------------------------------------- planner
 
 
-class ExplicitEvController:
+class EvPlanner:
     """Builds, keeps and edits one ONLINE EXP EV profile per (src, dst) host pair."""
 
     def __init__(self, plan: FabricPlan, caps: DeviceCaps | None = None, *,
@@ -288,7 +290,7 @@ class ExplicitEvController:
         ports = self.plan.host_ports
         planes = tuple(p for p in self.plan.planes if (src, p) in ports and (dst, p) in ports)
         if not planes:
-            raise EvControllerError(f'{src} and {dst} share no plane')
+            raise EvPlannerError(f'{src} and {dst} share no plane')
         return planes
 
     def plane_paths(self, src: str, dst: str) -> dict[int, list[Path]]:
@@ -332,7 +334,7 @@ class ExplicitEvController:
             built = self._build(src, dst, per_plane)
             self._pairs[(src, dst)] = built
         elif per_plane is not None and per_plane != built.per_plane:
-            raise EvControllerError(
+            raise EvPlannerError(
                 f'{src}->{dst} is built with {built.per_plane} EVs per plane, not '
                 f'{per_plane}; release it first')
         return built
@@ -343,7 +345,7 @@ class ExplicitEvController:
         try:
             return self._pairs[(src, dst)]
         except KeyError:
-            raise EvControllerError(f'no explicit EVs are built for {src}->{dst}') from None
+            raise EvPlannerError(f'no explicit EVs are built for {src}->{dst}') from None
 
     def release(self, src: str, dst: str) -> None:
         """ONLINE -> OFFLINE -> INIT and forget; EBUSY (kept) while QPs use it."""
@@ -380,7 +382,7 @@ class ExplicitEvController:
                 span = f'{known[0]}..{known[-1]}' if known else 'none'
                 raise UnknownHostError(f'unknown host {host!r} (hosts: {span})')
         if src == dst:
-            raise EvControllerError(f'{src} -> {dst}: a host needs no path to itself')
+            raise EvPlannerError(f'{src} -> {dst}: a host needs no path to itself')
 
     def _share(self, paths: Mapping[int, list[Path]], per_plane: int | None) -> int:
         return per_plane_share(len(paths), self.caps, per_plane, self.default_ev_count)
@@ -414,7 +416,7 @@ class ExplicitEvController:
     def _check_ports(self, paths: Mapping[int, list[Path]]) -> None:
         missing = sorted(set(paths) - set(self.caps.ports))
         if missing:
-            raise EvControllerError(
+            raise EvPlannerError(
                 f'planes {missing} have no NIC port in phy_port_mask '
                 f'{self.caps.phy_port_mask:#x}')
 
