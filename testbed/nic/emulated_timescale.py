@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig
 from testbed.nic.ev_table import EvTableConfig
-from testbed.nic.nscc import NSCC_ALGORITHM, CcProfile, NsccConfig
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import max_payload

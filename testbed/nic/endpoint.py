@@ -20,10 +20,10 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from testbed.nic.cc import CcProfile
 from testbed.nic.completion import CompletionQueue, WorkCompletion
 from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.memory import MemoryRegion, ReorderFreePlacement
-from testbed.nic.nscc import CcProfile
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp import QueuePair
 from testbed.nic.qp_state import QpError, QpState, RetryConfig

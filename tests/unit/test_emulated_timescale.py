@@ -22,7 +22,7 @@ def test_the_window_covers_a_full_packet_on_every_link_of_the_longest_path(
     port_bps = mbit * 1e6
     qp_bps = port_bps * len(plan.planes)
     rtt = base_rtt_s(port_bps, plan.longest_path_links)
-    nscc = emulated_qp_attrs(qp_bps, rtt)['cc_profile'].nscc
+    nscc = emulated_qp_attrs(qp_bps, rtt)['cc_profile'].config
     one_packet_rtt = PROCESSING_RTT_S + plan.longest_path_links * \
         DATA_FRAME_BYTES * 8 / port_bps
     assert nscc.max_cwnd >= qp_bps / 8 * one_packet_rtt
@@ -32,7 +32,7 @@ def test_the_window_covers_a_full_packet_on_every_link_of_the_longest_path(
 
 def test_without_a_rate_the_base_rtt_is_the_emulator_floor():
     assert base_rtt_s(None, 6) == PROCESSING_RTT_S
-    assert emulated_qp_attrs()['cc_profile'].nscc is None
+    assert emulated_qp_attrs()['cc_profile'].config is None
 
 
 def timers(attrs):

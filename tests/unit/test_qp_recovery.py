@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig, NullCc
 from testbed.nic.completion import WcStatus
 from testbed.nic.ev_table import EvState, EvTableConfig
 from testbed.nic.loopback import Loopback
-from testbed.nic.nscc import NSCC_ALGORITHM, CcProfile, NsccConfig, NullCc
 from testbed.nic.qp_state import QpState, RetryConfig
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import EvProbe, EvProbeReply, Nack, NackReason, decode, max_payload, psn_add
