@@ -21,7 +21,7 @@ from pyroute2 import IPRoute
 from testbed.fabric.agents import AgentError, AgentHandle
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
-from testbed.nic.emulated_timescale import qp_reach
+from testbed.nic.emulated_timescale import emulated_qp_profile, qp_reach
 
 WRITE_TIMEOUT_S = 300.0     # RC's retry budget on a dead path ends far sooner
 PROGRESS_EVERY_S = 0.2
@@ -113,15 +113,16 @@ class Transfers:
     def _connect(self, src: str, dst: str, transport: str) -> Connection:
         a, b = self.agent(src), self.agent(dst)
         plan = self.fab.plan
-        rate = dict(zip(('link_rate_bps', 'base_rtt_s'), qp_reach(
+        profile = (emulated_qp_profile(*qp_reach(
             transport, self.port_rate_bps, len(plan.planes),
-            plan.longest_path_links))) if self.port_rate_bps else {}
-        qa = a.call(cmd='create_qp', transport=transport, **rate)
-        qb = b.call(cmd='create_qp', transport=transport, **rate)
+            plan.longest_path_links)) if self.port_rate_bps
+            else emulated_qp_profile()).to_json()
+        qa = a.call(cmd='create_qp', transport=transport, profile=profile)
+        qb = b.call(cmd='create_qp', transport=transport, profile=profile)
         a.call(cmd='connect', qpn=qa['qpn'], remote=qb['info'],
-               paths_by_plane=self._paths(src, dst), **rate)
+               paths_by_plane=self._paths(src, dst))
         b.call(cmd='connect', qpn=qb['qpn'], remote=qa['info'],
-               paths_by_plane=self._paths(dst, src), **rate)
+               paths_by_plane=self._paths(dst, src))
         self.labels[(src, qa['qpn'])] = '%s -> %s' % (transport, dst)
         self.labels[(dst, qb['qpn'])] = '%s <- %s' % (transport, src)
         return Connection(src, dst, transport, qa['qpn'], qb['qpn'])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
-from testbed.nic.emulated_timescale import emulated_qp_attrs, qp_reach
+from testbed.nic.emulated_timescale import emulated_qp_profile, qp_reach
 from testbed.nic.endpoint import Endpoint, connect
 from testbed.nic.memory import MemoryRegion
 from testbed.nic.outgoing import Outgoing
@@ -54,7 +54,7 @@ class EndpointFlows:
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
         self.runtime = SocketRuntime(self.book, tap=self._count)
-        self.attrs = emulated_qp_attrs(*qp_reach(
+        self.profile = emulated_qp_profile(*qp_reach(
             transport, link_rate_bps, len(plan.planes),
             plan.longest_path_links))
         self.endpoints: dict[str, Endpoint] = {}
@@ -91,7 +91,7 @@ class EndpointFlows:
             a, b = self._endpoint(src), self._endpoint(dst)
             qa, qb = connect(a, b, self._paths(src, dst),
                              self._paths(dst, src), self.transport,
-                             **self.attrs)
+                             self.profile)
             self.connections[(src, dst)] = Connection(
                 qa, qb, b.register_mr(bytearray(size)))
 

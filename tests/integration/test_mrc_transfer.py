@@ -1,12 +1,13 @@
 """MRC over a real 2-plane fat-tree: sockets in host namespaces, packets
 through OVS bridges, a core link failing mid-transfer."""
 import os
+from dataclasses import replace
 
 import pytest
 
 from testbed.fabric.netns import inside
 from testbed.nic.endpoint import Endpoint, bring_up, connect
-from testbed.nic.emulated_timescale import emulated_qp_attrs
+from testbed.nic.emulated_timescale import emulated_qp_profile
 from testbed.nic.ev_table import EvState
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.socket_runtime import AddressBook, SocketRuntime
@@ -20,7 +21,8 @@ DATA_OPCODES = range(0x06, 0x0C)
 class Pair:
     """Two endpoints on h1 and h16 and one connected QP pair."""
 
-    def __init__(self, fab, transport='mrc', size=32 << 20, **attrs):
+    def __init__(self, fab, transport='mrc', size=32 << 20, profile=None,
+                 pinned=None):
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
         self.sent = []           # (time, ev_id, path, is_data) of every packet
@@ -37,18 +39,19 @@ class Pair:
         self.paths_ab = paths_ab
         self.buf = bytearray(size)
         self.mr = self.b.register_mr(self.buf)
-        attrs = {**emulated_qp_attrs(), **attrs}
-        pinned = attrs.pop('pinned_path', None)
+        profile = profile or emulated_qp_profile()
         if pinned is None:
             self.qa, self.qb = connect(self.a, self.b, paths_ab, paths_ba,
-                                       transport, **attrs)
+                                       transport, profile)
         else:   # RC: each side pinned to its half of one path
-            config = attrs.pop('config')
+            config = profile.transport_config
             self.qa = self.a.create_qp(transport, config=config)
             self.qb = self.b.create_qp(transport, config=config)
             info_a, info_b = self.qa.local_info(), self.qb.local_info()
-            bring_up(self.qa, info_b, paths_ab, pinned_path=pinned[0], **attrs)
-            bring_up(self.qb, info_a, paths_ba, pinned_path=pinned[1], **attrs)
+            bring_up(self.qa, info_b, paths_ab,
+                     replace(profile, pinned_path=pinned[0]))
+            bring_up(self.qb, info_a, paths_ba,
+                     replace(profile, pinned_path=pinned[1]))
         self.data = os.urandom(size)
         self.done_a, self.done_b = [], []
         self.data_packets = 0
@@ -156,8 +159,9 @@ def test_rc_on_a_dead_path_ends_in_qp_error(fat_tree):
     back = next(p for p in plan.paths(DST, SRC, 1)
                 if p.switches == there.switches[::-1])
     pair = Pair(fat_tree, 'rc', size=1 << 20,
-                pinned_path=((1, there.carrier), (1, back.carrier)),
-                retry=RetryConfig(linear_cnt=3, exp_cnt=2))
+                pinned=((1, there.carrier), (1, back.carrier)),
+                profile=replace(emulated_qp_profile(),
+                                retry=RetryConfig(linear_cnt=3, exp_cnt=2)))
     try:
         fat_tree.set_link(*DEAD, up=False)
         pair.post()

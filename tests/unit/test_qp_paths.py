@@ -106,7 +106,7 @@ def test_retry_timer_demotes_the_ev_it_times_out() -> None:
     one packet instead of one per rotation."""
     from testbed.nic.transport_config import TransportConfig
     pair = make_pair(mr_size=1 << 20, mpr=1, max_wimm=1,
-                     config=TransportConfig(packet_timeout_s=50e-3))
+                     transport_config=TransportConfig(packet_timeout_s=50e-3))
     dead = pair.paths_ab[1][0]
     on_dead = [ev.ev_id for ev in pair.qa.ev_table.active_evs() if ev.path == dead]
     loop = Loopback([pair.a, pair.b], rate_bps=1e9)

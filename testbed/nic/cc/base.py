@@ -5,6 +5,9 @@ needs from a controller (``CongestionControl``), the registry of algorithms by t
 algorithm string of the OCP control API (``register_cc``), and the one configuration
 object that selects one (``CcProfile``), validated against the registry when it is made.
 
+A config type is a dataclass of plain values, so that a profile travels as JSON
+(``CcProfile.to_json`` / ``from_json``) to an agent in another process.
+
 A controller module registers itself at its foot, as aioquic's congestion controllers
 do: ``register_cc(NAME, factory, config_type=ConfigClass)``. The package's __init__
 imports every built-in controller module, which is what registers it; adding an
@@ -15,7 +18,7 @@ algorithm string means the same controller everywhere in the process, as on a NI
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 NULL_ALGORITHM = "none"
@@ -129,6 +132,20 @@ class CcProfile:
     @property
     def enabled(self) -> bool:
         return self.algorithm != NULL_ALGORITHM
+
+    def to_json(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm,
+                "config": None if self.config is None else asdict(self.config)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CcProfile:
+        algorithm = data.get("algorithm", NULL_ALGORITHM)
+        config = data.get("config")
+        if config is not None:
+            config_type = cc_algorithm(algorithm or NULL_ALGORITHM).config_type
+            if config_type is not None:
+                config = config_type(**config)
+        return cls(algorithm, config)
 
 
 def make_cc(profile: CcProfile, now: float = 0.0, initial_cwnd: int | None = None,
