@@ -29,7 +29,7 @@ if not __package__:            # run as a script: the repository is not on sys.p
 from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig  # noqa: E402
 from testbed.nic.ev_table import EvTableConfig  # noqa: E402
 from testbed.nic.loopback import Loopback  # noqa: E402
-from tests.unit.qp_harness import RKEY, done, make_pair, payload  # noqa: E402
+from testbed.nic.qp_pair import RKEY, done, make_pair, payload  # noqa: E402
 
 
 LOOPBACK_RTT_S = 40e-6         # Loopback's default one-way delay_s is 20 us

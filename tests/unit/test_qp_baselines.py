@@ -15,7 +15,7 @@ from testbed.nic.retry_timer import time_to_error
 from testbed.nic.routes import ecmp_route, five_tuple_hash, flattened_paths, rocev2_source_port
 from testbed.nic.wire import max_payload
 
-from tests.unit.qp_harness import (
+from testbed.nic.qp_pair import (
     PAIR_PROFILE,
     RKEY,
     Trace,

@@ -9,7 +9,7 @@ from testbed.nic.loopback import Loopback
 from testbed.nic.qp_state import QpState
 from testbed.nic.wire import max_payload
 
-from tests.unit.qp_harness import (
+from testbed.nic.qp_pair import (
     PAIR_PROFILE,
     RKEY,
     Trace,

@@ -9,7 +9,7 @@ from testbed.nic.loopback import Loopback
 from testbed.nic.routes import ReverseRoutes
 from testbed.nic.wire import max_payload
 
-from tests.unit.qp_harness import RKEY, Trace, done, make_pair, payload
+from testbed.nic.qp_pair import RKEY, Trace, done, make_pair, payload
 
 P = max_payload(1500)
 KILL_AT, REVIVE_AT, END = 5e-3, 45e-3, 60e-3

@@ -15,7 +15,7 @@ from testbed.nic.qp_state import QpState, RetryConfig
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import EvProbe, EvProbeReply, Nack, NackReason, decode, max_payload, psn_add
 
-from tests.unit.qp_harness import (
+from testbed.nic.qp_pair import (
     RKEY,
     Trace,
     data_psn,

@@ -1,8 +1,16 @@
-"""Shared set-up for the QP tests: two endpoints, a connected QP pair, a loopback, traces."""
+"""An in-process pair of endpoints and a connected QP between them, for tests and benchmarks.
+
+Everything that sets up two Endpoints over the Loopback channel lives here: `make_pair`
+(endpoint A writes into a memory region of endpoint B over 2 planes x 4 paths), the
+profile such pairs get unless told otherwise, a `Trace` of what the loopback carried
+(decoded: a test's tool, decoding costs), and small predicates over raw packets. Nothing
+here opens a socket or reads a clock.
+"""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -136,6 +144,6 @@ def is_retransmit(out: Outgoing) -> bool:
     return bool(out.data[1] & 0x80)
 
 
-def done(*endpoints: Endpoint, count: int = 1):
+def done(*endpoints: Endpoint, count: int = 1) -> Callable[[], bool]:
     """stop() predicate: every endpoint has at least `count` completions queued."""
     return lambda: all(len(ep.cq) >= count for ep in endpoints)
