@@ -26,10 +26,10 @@ from pathlib import Path
 if not __package__:            # run as a script: the repository is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig  # noqa: E402
 from testbed.nic.ev_table import EvTableConfig  # noqa: E402
 from testbed.nic.loopback import Loopback  # noqa: E402
-from testbed.nic.nscc import NSCC_ALGORITHM, CcProfile, NsccConfig  # noqa: E402
-from tests.unit.qp_harness import RKEY, done, make_pair, payload  # noqa: E402
+from testbed.nic.qp_pair import RKEY, done, make_pair, payload  # noqa: E402
 
 
 LOOPBACK_RTT_S = 40e-6         # Loopback's default one-way delay_s is 20 us

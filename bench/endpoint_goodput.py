@@ -31,7 +31,7 @@ from testbed.fabric.net import FabricNet  # noqa: E402
 from testbed.fabric.netns import inside  # noqa: E402
 from testbed.fabric.topo_spec import parse_topo_spec  # noqa: E402
 from testbed.nic.emulated_timescale import (base_rtt_s,  # noqa: E402
-                                             emulated_qp_attrs)
+                                             emulated_qp_profile)
 from testbed.nic.endpoint import Endpoint, connect  # noqa: E402
 from testbed.nic.socket_runtime import AddressBook, SocketRuntime  # noqa: E402
 
@@ -64,7 +64,7 @@ def measure(planes: int, rate: float, seconds: float, cc: str) -> dict:
                    for p in plan.planes},
             {p: [x.carrier for x in plan.paths('h2', 'h1', p)]
              for p in plan.planes}, 'mrc',
-            **emulated_qp_attrs(planes * rate * 1e6 if cc == 'nscc' else None,
+            emulated_qp_profile(planes * rate * 1e6 if cc == 'nscc' else None,
                                 base_rtt_s(rate * 1e6, plan.longest_path_links)))
         data = os.urandom(size)
         done: list = []

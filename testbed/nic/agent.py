@@ -9,11 +9,10 @@ line on stdout, so scenarios and the CLI drive it without sharing memory:
 
     {"cmd": "register_mr", "size": 1048576}            -> {"event": "mr", "rkey": ..}
     {"cmd": "create_qp", "transport": "mrc",
-     "link_rate_bps": R, "base_rtt_s": T}              -> {"event": "qp", "info": {..}}
+     "profile": {..QpProfile.to_json()..}}            -> {"event": "qp", "info": {..}}
     {"cmd": "connect", "qpn": Q, "remote": {..info..},
      "paths_by_plane": {"1": [carrier, ..]},
-     "pinned_path": [plane, carrier],
-     "link_rate_bps": R, "base_rtt_s": T}              -> {"event": "connected"}
+     "profile": {..}}                                  -> {"event": "connected"}
     {"cmd": "post_recv", "qpn": Q, "wr_id": 7}          -> {"event": "posted"}
     {"cmd": "post_write", "qpn": Q, "size": N, "rkey": R,
      "remote_offset": 0, "imm": 5, "wr_id": 1, "seed": S} -> {"event": "posted", "sha256": ..}
@@ -22,6 +21,12 @@ line on stdout, so scenarios and the CLI drive it without sharing memory:
     {"cmd": "report", "every_s": 0.1}                   periodic {"event": "stats"} lines
     {"cmd": "set_denied", "qpn": Q, "ev_id": E, "denied": true}
     {"cmd": "quit"}
+
+The QP profile is computed once by the caller (emulated_qp_profile, from the
+rate the QP can reach) and travels as JSON: create_qp creates the QP with its
+transport config and keeps it for that QP; connect brings the QP up with it,
+or with the "profile" it carries itself (e.g. a pinned path). Without one the
+agent uses emulated_qp_profile() (no congestion control).
 
 Completions are pushed as {"event": "completion", ..} when they happen, EV
 state changes as {"event": "ev", ..}. A bad command answers
@@ -41,9 +46,10 @@ import sys
 import time
 from typing import Any, Callable
 
-from testbed.nic.emulated_timescale import PROCESSING_RTT_S, emulated_qp_attrs
+from testbed.nic.emulated_timescale import emulated_qp_profile
 from testbed.nic.endpoint import Endpoint, bring_up
 from testbed.nic.ev_table import EvEvent
+from testbed.nic.qp_profile import QpProfile
 from testbed.nic.socket_runtime import AddressBook, SocketRuntime
 
 # The protocol in one table: each command, and the event that answers it.
@@ -65,6 +71,7 @@ class Agent:
         self.report_every: float | None = None
         self.next_report = 0.0
         self.running = True
+        self.profiles: dict[int, QpProfile] = {}      # by QPN, as create_qp gave them
         self.commands: dict[str, Callable[[dict], dict | None]] = {
             name: getattr(self, 'cmd_' + name) for name in COMMAND_REPLIES}
 
@@ -108,27 +115,20 @@ class Agent:
         return {'event': 'mr', 'rkey': mr.rkey, 'size': len(mr.buf)}
 
     def cmd_create_qp(self, c: dict) -> dict:
-        # The emulator's timers (packet and probe timeouts, SKIP target):
-        # the hardware defaults read every emulated path as dead.
+        # The emulator's timers (packet and probe timeouts, SKIP target) come
+        # with the profile: the hardware defaults read every emulated path as dead.
+        profile = _profile(c, emulated_qp_profile())
         qp = self.endpoint.create_qp(c.get('transport', 'mrc'),
-                                     config=self._attrs(c)['config'])
+                                     config=profile.transport_config)
+        self.profiles[qp.qpn] = profile
         return {'event': 'qp', 'qpn': qp.qpn, 'info': qp.local_info()}
 
     def cmd_connect(self, c: dict) -> dict:
         qp = self.endpoint.qp(int(c['qpn']))
         paths = {int(p): list(v) for p, v in c['paths_by_plane'].items()}
-        # With the rate the QP can reach (planes x shaped link rate), NSCC
-        # keeps shaped queues short; without it only the MPR window bounds.
-        attrs = self._attrs(c)
-        if c.get('pinned_path'):
-            attrs['pinned_path'] = (int(c['pinned_path'][0]), c['pinned_path'][1])
-        bring_up(qp, c['remote'], paths, **attrs)
+        profile = _profile(c, self.profiles.get(qp.qpn) or emulated_qp_profile())
+        bring_up(qp, c['remote'], paths, profile)
         return {'event': 'connected', 'qpn': qp.qpn}
-
-    @staticmethod
-    def _attrs(c: dict) -> dict:
-        return emulated_qp_attrs(c.get('link_rate_bps'),
-                                 c.get('base_rtt_s', PROCESSING_RTT_S))
 
     def cmd_post_recv(self, c: dict) -> dict:
         self.endpoint.qp(int(c['qpn'])).post_recv(int(c.get('wr_id', 0)))
@@ -188,6 +188,19 @@ def _ev_event(qpn: int, e: EvEvent) -> dict[str, Any]:
             'plane': e.plane, 'path': str(e.path), 'old': str(e.old_state),
             'new': str(e.new_state), 'reason': str(e.reason),
             'drop_count': e.drop_count}
+
+
+# What the agent protocol carried before the profile did: refused, so that a stale
+# caller fails loudly instead of getting a QP without congestion control.
+_RETIRED_FIELDS = ('link_rate_bps', 'base_rtt_s', 'pinned_path')
+
+
+def _profile(c: dict, default: QpProfile) -> QpProfile:
+    retired = [name for name in _RETIRED_FIELDS if name in c]
+    if retired:
+        raise ValueError('%s: the QP profile now travels whole as "profile" '
+                         '(QpProfile.to_json())' % ', '.join(retired))
+    return QpProfile.from_json(c['profile']) if c.get('profile') else default
 
 
 def _cmd_name(line: str) -> str | None:

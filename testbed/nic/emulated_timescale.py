@@ -1,4 +1,4 @@
-"""QP attributes for the emulated fabric's timescale.
+"""The QP profile for the emulated fabric's timescale.
 
 The transport's defaults follow hardware: microsecond RTTs, a 1 ms queueing
 target before a path is skipped, 1 ms probes. Here RTTs are milliseconds and
@@ -6,7 +6,8 @@ Python sockets plus the userspace OVS datapath add tens of milliseconds of
 queueing under load, so those defaults read every path as congested or dead
 (measured: a 2 MB write on a healthy 2-plane fat-tree ended in
 RETRY_EXC_ERR after ~69k probe timeouts). These values fit the emulator;
-pass them to `bring_up` / `connect` (they are plain overrides).
+`emulated_qp_profile` puts them on the QpProfile defaults, for `bring_up` /
+`connect` or, as JSON, for an agent.
 
 The timers were tuned on the default scenario's fabric (a 10 Mbit/s
 fat-tree, base RTT 18 ms). A slower fabric stretches every RTT, because
@@ -16,10 +17,11 @@ and 8,478 probe timeouts in one 8-host permutation).
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
+from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig
 from testbed.nic.ev_table import EvTableConfig
-from testbed.nic.nscc import NSCC_ALGORITHM, CcProfile, NsccConfig
+from testbed.nic.qp_profile import QpProfile
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import max_payload
@@ -73,13 +75,24 @@ def qp_reach(transport: str, port_rate_bps: float, planes: int,
     return port_rate_bps * ports, base_rtt_s(port_rate_bps, path_links)
 
 
+def fabric_qp_profile(transport: str, link_rate_bps: float | None,
+                      planes: int, path_links: int) -> QpProfile:
+    """The profile of a `transport` QP on a fabric shaped to `link_rate_bps`
+    (None: unshaped, no congestion control) with `planes` planes and
+    `path_links` links on its longest path."""
+    if not link_rate_bps:
+        return emulated_qp_profile()
+    return emulated_qp_profile(*qp_reach(transport, link_rate_bps, planes,
+                                         path_links))
+
+
 # The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
 TUNED_RTT_S = base_rtt_s(10e6, 6)
 
 
-def emulated_qp_attrs(link_rate_bps: float | None = None,
-                      rtt_s: float = PROCESSING_RTT_S) -> dict[str, Any]:
-    """QP attributes for a fabric whose base RTT is `rtt_s` (`base_rtt_s`).
+def emulated_qp_profile(link_rate_bps: float | None = None,
+                        rtt_s: float = PROCESSING_RTT_S) -> QpProfile:
+    """The QP profile for a fabric whose base RTT is `rtt_s` (`base_rtt_s`).
 
     With `link_rate_bps` (what the QP can reach, `qp_reach`) NSCC
     keeps the shaped links' queues short; without it there is no congestion
@@ -91,9 +104,10 @@ def emulated_qp_attrs(link_rate_bps: float | None = None,
     cc = CcProfile() if link_rate_bps is None else CcProfile(
         NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, rtt_s, MTU,
                                             trimming=False))
-    return dict(
+    return replace(
+        QpProfile(),
         cc_profile=cc,
-        config=TransportConfig(
+        transport_config=TransportConfig(
             skip_queueing_target_s=SKIP_QUEUEING_TARGET_S * stretch,
             packet_timeout_s=packet_timeout,
             probe_timeout_s=PROBE_TIMEOUT_S * stretch),

@@ -10,7 +10,7 @@ calls and nothing else:
 
 Scripts use the verbs-like side: register_mr, create_qp, QueuePair.modify / post_write /
 post_recv, poll_cq, stats. `bring_up` does the INIT -> RTR -> RTS dance from the peer's
-`local_info()` dict, exchanged out of band.
+`local_info()` dict, exchanged out of band, with a `QpProfile` (qp_profile.py).
 """
 
 from __future__ import annotations
@@ -18,33 +18,22 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from testbed.nic.cc import CcProfile
 from testbed.nic.completion import CompletionQueue, WorkCompletion
 from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.memory import MemoryRegion, ReorderFreePlacement
-from testbed.nic.nscc import CcProfile
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp import QueuePair
-from testbed.nic.qp_state import QpError, QpState, RetryConfig
+from testbed.nic.qp_profile import QpProfile
+from testbed.nic.qp_state import QpError, QpState
 from testbed.nic.transport_config import Transport, TransportConfig
 from testbed.nic.wire import EP_OP_QP, PSN_MASK, EvProbe, EvProbeReply, WireError, decode_received
 
 FIRST_QPN = 0x100          # QPNs below are left alone (0x2 is the endpoint-operation QP)
-
-# Attributes bring_up() uses unless told otherwise. timeout 14 = 16.8 ms: emulated RTTs are
-# milliseconds, so the hardware examples' 131-262 us (timeout 7-8) would fire constantly.
-DEFAULT_QP_ATTRS: dict[str, Any] = {
-    "ev_profile": EvTableConfig(),
-    "cc_profile": CcProfile(),
-    "max_wimm_dest": 64,
-    "mpr_dest": 8,
-    "max_wimm": 64,
-    "mpr": 8,
-    "retry": RetryConfig(linear_cnt=7, exp_cnt=7),
-    "timeout": 14,
-}
-
+DEFAULT_QP_PROFILE = QpProfile()
 
 class Endpoint:
     """One host's MRC NIC, addressable by `addr` (see module docstring)."""
@@ -209,45 +198,38 @@ class Endpoint:
 
 
 def bring_up(qp: QueuePair, remote: Mapping[str, Any],
-             paths_by_plane: Mapping[int, Sequence[Any]], **overrides: Any) -> None:
-    """RESET -> INIT -> RTR -> RTS with DEFAULT_QP_ATTRS, `overrides` and the peer's info."""
-    attrs = {**DEFAULT_QP_ATTRS, **overrides}
+             paths_by_plane: Mapping[int, Sequence[Any]],
+             profile: QpProfile = DEFAULT_QP_PROFILE) -> None:
+    """RESET -> INIT -> RTR -> RTS with `profile` and the peer's local_info()."""
     if qp.state is QpState.RESET:
-        qp.modify(QpState.INIT, ev_profile=attrs["ev_profile"], cc_profile=attrs["cc_profile"])
-    rtr = {name: attrs[name] for name in ("max_wimm_dest", "mpr_dest")}
-    rtr.update(dest_addr=remote["addr"], dest_qp=remote["qpn"], rq_psn=remote["psn"] & PSN_MASK,
-               paths_by_plane=paths_by_plane)
-    for optional in ("dynamic_mpr_dest", "pinned_path"):
-        if optional in attrs:
-            rtr[optional] = attrs[optional]
-    qp.modify(QpState.RTR, **rtr)
-    rts = {name: attrs[name] for name in ("max_wimm", "mpr", "retry", "timeout")}
-    for optional in ("timeout_s", "sq_psn", "dynamic_mpr"):
-        if optional in attrs:
-            rts[optional] = attrs[optional]
-    qp.modify(QpState.RTS, **rts)
+        qp.modify(QpState.INIT, **profile.init_attrs())
+    qp.modify(QpState.RTR, **profile.rtr_attrs(), dest_addr=remote["addr"],
+              dest_qp=remote["qpn"], rq_psn=remote["psn"] & PSN_MASK,
+              paths_by_plane=paths_by_plane)
+    qp.modify(QpState.RTS, **profile.rts_attrs())
 
 
 def connect(ep_a: Endpoint, ep_b: Endpoint, paths_ab: Mapping[int, Sequence[Any]],
-            paths_ba: Mapping[int, Sequence[Any]], transport: Transport = "mrc", *,
-            config: TransportConfig | None = None,
-            **overrides: Any) -> tuple[QueuePair, QueuePair]:
-    """A connected QP pair between two endpoints (attribute exchange done in-process).
+            paths_ba: Mapping[int, Sequence[Any]], transport: Transport = "mrc",
+            profile: QpProfile = DEFAULT_QP_PROFILE, *, psn_a: int | None = None,
+            psn_b: int | None = None) -> tuple[QueuePair, QueuePair]:
+    """A connected QP pair between two endpoints (attribute exchange done in-process),
+    both created with the profile's transport config and brought up with the profile.
 
     Each side's initial send PSN is the one its QP drew, and the peer learns it from
     local_info() as in a real out-of-band exchange; `psn_a` / `psn_b` pin them instead.
     """
-    qp_a = ep_a.create_qp(transport, config=config)
-    qp_b = ep_b.create_qp(transport, config=config)
+    qp_a = ep_a.create_qp(transport, config=profile.transport_config)
+    qp_b = ep_b.create_qp(transport, config=profile.transport_config)
     info_a, info_b = qp_a.local_info(), qp_b.local_info()
-    psn_a = overrides.pop("psn_a", None)
-    psn_b = overrides.pop("psn_b", None)
     if psn_a is not None:
         info_a["psn"] = psn_a
     if psn_b is not None:
         info_b["psn"] = psn_b
-    pinned_a = {} if psn_a is None else {"sq_psn": psn_a}
-    pinned_b = {} if psn_b is None else {"sq_psn": psn_b}
-    bring_up(qp_a, info_b, paths_ab, **overrides, **pinned_a)
-    bring_up(qp_b, info_a, paths_ba, **overrides, **pinned_b)
+    bring_up(qp_a, info_b, paths_ab, _with_sq_psn(profile, psn_a))
+    bring_up(qp_b, info_a, paths_ba, _with_sq_psn(profile, psn_b))
     return qp_a, qp_b
+
+
+def _with_sq_psn(profile: QpProfile, psn: int | None) -> QpProfile:
+    return profile if psn is None else replace(profile, sq_psn=psn)

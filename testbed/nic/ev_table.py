@@ -470,7 +470,7 @@ class EvTable:
             self.unknown_feedback += 1
             return False
         ev.packets_acked += 1
-        if rtt_s is not None:                 # _record_rtt(), inlined
+        if rtt_s is not None:                 # the EV's last RTT and its EWMA
             ev.last_rtt_s = rtt_s
             if ev.rtt_ewma_s is None:
                 ev.rtt_ewma_s = rtt_s
@@ -527,13 +527,6 @@ class EvTable:
         if ev is None:
             self.unknown_feedback += 1
         return ev
-
-    def _record_rtt(self, ev: Ev, rtt_s: float) -> None:
-        ev.last_rtt_s = rtt_s
-        if ev.rtt_ewma_s is None:
-            ev.rtt_ewma_s = rtt_s
-        else:
-            ev.rtt_ewma_s += self.config.rtt_ewma_gain * (rtt_s - ev.rtt_ewma_s)
 
     # ----------------------------------------------------------------------------- probing
 

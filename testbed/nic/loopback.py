@@ -40,13 +40,6 @@ def make_paths(src: str, dst: str, planes: int, per_plane: int) -> dict[int, lis
     return {p: [f"{src}>{dst}/p{p}/{i}" for i in range(per_plane)] for p in range(1, planes + 1)}
 
 
-def reverse_path(path: str) -> str:
-    """The same link chain in the other direction, for names made by make_paths."""
-    ends, _, rest = path.partition("/")
-    src, _, dst = ends.partition(">")
-    return f"{dst}>{src}/{rest}"
-
-
 class Loopback:
     """Discrete-event channel connecting endpoints by address (see module docstring)."""
 

@@ -53,9 +53,6 @@ class ReorderFreePlacement:
         self._regions[region.rkey] = region
         return region
 
-    def deregister(self, rkey: int) -> None:
-        del self._regions[rkey]
-
     def region(self, rkey: int) -> MemoryRegion | None:
         return self._regions.get(rkey)
 

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from testbed.nic.cc import CongestionControl, make_cc
 from testbed.nic.completion import (
     MRC_OPCODES,
     CompletionQueue,
@@ -28,7 +29,6 @@ from testbed.nic.completion import (
 )
 from testbed.nic.ev_table import EvTable
 from testbed.nic.memory import ReorderFreePlacement
-from testbed.nic.nscc import Nscc, NullCc, make_cc
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp_counters import QpCounters
 from testbed.nic.qp_state import (
@@ -89,7 +89,7 @@ class QueuePair:
         self.responder: Responder | None = None
         self.ev_table: EvTable | None = None
         self.pinned_route: FixedRoute | None = None
-        self.cc: Nscc | NullCc | None = None
+        self.cc: CongestionControl | None = None
         self.error: tuple[WcStatus, str] | None = None
         self._recv_queue.clear()
 

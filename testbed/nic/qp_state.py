@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from testbed.nic.cc import CcProfile
 from testbed.nic.ev_table import EvTableConfig
-from testbed.nic.nscc import CcProfile
 from testbed.nic.wire import EP_OP_QP, PSN_MASK
 
 TIMEOUT_UNIT_S = 1.024e-6          # mrc.h: local ACK timeout = 1.024 us * 2^timeout

@@ -28,9 +28,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from testbed.nic.cc import CongestionControl
 from testbed.nic.completion import CompletionQueue, WcOpcode, WcStatus, WorkCompletion
 from testbed.nic.ev_table import EvState, EvTable
-from testbed.nic.nscc import Nscc, NullCc
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp_counters import QpCounters
 from testbed.nic.qp_state import RtrAttrs, RtsAttrs
@@ -90,7 +90,7 @@ class Requester:
     """Send half of one QP (see module docstring)."""
 
     def __init__(self, *, qpn: int, rtr: RtrAttrs, rts: RtsAttrs, config: TransportConfig,
-                 cc: Nscc | NullCc, table: EvTable | None, pinned: FixedRoute | None,
+                 cc: CongestionControl, table: EvTable | None, pinned: FixedRoute | None,
                  go_back_n: bool, send_cq: CompletionQueue, counters: QpCounters,
                  fail: Fail) -> None:
         if (table is None) == (pinned is None):
@@ -116,8 +116,9 @@ class Requester:
         self._packet_timeout = config.packet_timeout_s or rts.timeout_s
         self._probe_timeout = config.probe_timeout_s or self._packet_timeout
         self._timestamps = config.timestamps
-        # NullCc never limits and never asks for an ACK: the send path skips those two calls.
-        self._cc_limits = not isinstance(cc, NullCc)
+        # A controller that never limits never asks for an ACK either: the send path skips
+        # those two calls when the controller says so (CongestionControl.limits_sending).
+        self._cc_limits = cc.limits_sending
         self._ack_request_on_end = config.ack_request_on_message_end
         self._packet_timers: deque[tuple[float, int, int]] | None = None if go_back_n else deque()
         self._rtx_heap: list[int] = []

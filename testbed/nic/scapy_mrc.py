@@ -2,7 +2,7 @@
 
 For dissecting pcaps of the fabric and for crafting odd packets in tests; the
 endpoint itself uses ``testbed.nic.wire``, which is the normative encoder. Opcode,
-verdict and reason numbers are taken from wire.py so the two cannot drift apart;
+verdict and reason numbers are taken from the wire package so the two cannot drift apart;
 the byte layout is written out again here on purpose, and the unit tests check
 that both read the same bytes the same way.
 

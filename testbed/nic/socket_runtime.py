@@ -7,21 +7,33 @@ whose block picks the plane's port) and one UDP socket on port 4791 to
 receive what the kernel decapsulated at the port's End.DT6 SID. Sockets keep
 the network namespace they were created in, so one process can run the NICs
 of several hosts (tests, benchmarks) or just its own (an agent).
+
+The receive side reads the EV back from both halves the sender wrote: the UDP
+source port comes with the datagram's address, the flow label (and the traffic
+class, whose ECN bits tell a CE mark) with an IPV6_FLOWINFO control message
+per packet.
 """
 from __future__ import annotations
 
 import select
 import socket
+import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from testbed.nic.endpoint import Endpoint
 from testbed.nic.outgoing import Outgoing
-from testbed.nic.wire import UDP_PORT, build_inner
+from testbed.nic.wire import UDP_PORT, build_inner, sport_flowlabel_to_ev
 
 IPPROTO_IPV6_IN_IPV6 = 41
 UDP_NO_CHECK6_RX = 102     # MRC carries its own CRC; the inner UDP sum is zero
+IPV6_FLOWINFO = 11         # linux/in6.h: a cmsg with each packet's traffic class + flow label
+FLOWINFO_CMSG_SPACE = socket.CMSG_SPACE(4)
+FLOWINFO = struct.Struct('!I')   # ip6_flowinfo(): network order, version bits already zero
+FLOW_LABEL_MASK = 0xFFFFF
+ECN_MASK = 0b11
+ECN_CE = 0b11              # RFC 3168: congestion experienced
 TX_BUDGET = 256            # packets taken from an endpoint per loop turn
 RX_BUDGET = 512
 IDLE_WAIT_S = 0.001
@@ -56,6 +68,7 @@ class Nic:
                                 IPPROTO_IPV6_IN_IPV6)
         self.rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.rx.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_RX, 1)
+        self.rx.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO, 1)
         self.rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.rx.setblocking(False)
         self.rx.bind(('::', UDP_PORT))
@@ -133,18 +146,34 @@ class SocketRuntime:
 
     def _receive(self, nic: Nic, now: float) -> int:
         count = 0
+        recvmsg, owner_of = nic.rx.recvmsg, self.book.owner
+        on_packet, unpack_flowinfo = nic.endpoint.on_packet, FLOWINFO.unpack
         while count < RX_BUDGET:
             try:
-                data, (src, sport, _flow, _scope) = nic.rx.recvfrom(65535)
+                data, ancdata, _flags, (src, sport, _flow, _scope) = recvmsg(
+                    65535, FLOWINFO_CMSG_SPACE)
             except BlockingIOError:
                 break
             count += 1
-            owner = self.book.owner(src)
+            owner = owner_of(src)
             if owner is None:
                 nic.rx_unknown_source += 1
                 continue
-            # The endpoint's EV ids fit the UDP source port; the flow label
-            # carries the high 16 bits on the wire, but a UDP socket does
-            # not report it without a per-packet control message.
-            nic.endpoint.on_packet(now, data, sport, owner[1], owner[0])
+            # The EV's low 16 bits ride in the source port, its high 16 in
+            # the flow label (wire.ev_to_sport_flowlabel).
+            if ancdata and ancdata[0][1] == IPV6_FLOWINFO:   # the one cmsg asked for
+                flowinfo = unpack_flowinfo(ancdata[0][2])[0]
+            else:
+                flowinfo = flowinfo_of(ancdata)
+            ce = (flowinfo >> 20) & ECN_MASK == ECN_CE
+            on_packet(now, data, sport_flowlabel_to_ev(sport, flowinfo & FLOW_LABEL_MASK),
+                      owner[1], owner[0], ce)
         return count
+
+
+def flowinfo_of(ancdata: list[tuple[int, int, bytes]]) -> int:
+    """Traffic class << 20 | flow label from recvmsg's control messages; 0 without one."""
+    for level, kind, cdata in ancdata:
+        if level == socket.IPPROTO_IPV6 and kind == IPV6_FLOWINFO and len(cdata) >= 4:
+            return FLOWINFO.unpack_from(cdata)[0]
+    return 0

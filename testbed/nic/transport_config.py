@@ -3,7 +3,7 @@
 docs/transport.md lists every choice with its reasoning and points here. EV-table choices
 (SKIP duration, probe interval, probes to resurrect, backup promotion) live in
 `testbed.nic.ev_table.EvTableConfig`, which a QP receives as its EV profile; congestion-control
-choices live in `testbed.nic.nscc`. Everything else is here, so a scenario can change any of
+choices live in `testbed.nic.cc`. Everything else is here, so a scenario can change any of
 them per QP without touching the code.
 """
 

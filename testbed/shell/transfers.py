@@ -22,7 +22,7 @@ from testbed.shell.agent_client import (AgentError, AgentHandle,
                                         start_agent)
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
-from testbed.nic.emulated_timescale import qp_reach
+from testbed.nic.emulated_timescale import fabric_qp_profile
 
 WRITE_TIMEOUT_S = 300.0     # RC's retry budget on a dead path ends far sooner
 PROGRESS_EVERY_S = 0.2
@@ -71,9 +71,6 @@ class Transfers:
 
     def __init__(self, fab: FabricNet) -> None:
         self.fab = fab
-        # The shaped rate NSCC is sized on (None on unshaped links, where
-        # only the MPR window bounds a QP) is the fabric's own.
-        self.port_rate_bps = fab.link_rate_bps
         self.connections: dict[tuple[str, str, str], Connection] = {}
         self.labels: dict[tuple[str, int], str] = {}   # (host, qpn) -> text
         self.agents: dict[str, AgentHandle] = {}
@@ -120,15 +117,15 @@ class Transfers:
     def _connect(self, src: str, dst: str, transport: str) -> Connection:
         a, b = self.agent(src), self.agent(dst)
         plan = self.fab.plan
-        rate = dict(zip(('link_rate_bps', 'base_rtt_s'), qp_reach(
-            transport, self.port_rate_bps, len(plan.planes),
-            plan.longest_path_links))) if self.port_rate_bps else {}
-        qa = a.call(cmd='create_qp', transport=transport, **rate)
-        qb = b.call(cmd='create_qp', transport=transport, **rate)
+        profile = fabric_qp_profile(transport, self.fab.link_rate_bps,
+                                    len(plan.planes),
+                                    plan.longest_path_links).to_json()
+        qa = a.call(cmd='create_qp', transport=transport, profile=profile)
+        qb = b.call(cmd='create_qp', transport=transport, profile=profile)
         a.call(cmd='connect', qpn=qa['qpn'], remote=qb['info'],
-               paths_by_plane=self._paths(src, dst), **rate)
+               paths_by_plane=self._paths(src, dst))
         b.call(cmd='connect', qpn=qb['qpn'], remote=qa['info'],
-               paths_by_plane=self._paths(dst, src), **rate)
+               paths_by_plane=self._paths(dst, src))
         self.labels[(src, qa['qpn'])] = '%s -> %s' % (transport, dst)
         self.labels[(dst, qb['qpn'])] = '%s <- %s' % (transport, src)
         return Connection(src, dst, transport, qa['qpn'], qb['qpn'])

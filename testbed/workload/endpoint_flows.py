@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
-from testbed.nic.emulated_timescale import emulated_qp_attrs, qp_reach
+from testbed.nic.emulated_timescale import fabric_qp_profile
 from testbed.nic.endpoint import Endpoint, connect
 from testbed.nic.memory import MemoryRegion
 from testbed.nic.outgoing import Outgoing
@@ -53,9 +53,9 @@ class EndpointFlows:
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
         self.runtime = SocketRuntime(self.book, tap=self._count)
-        self.attrs = emulated_qp_attrs(*qp_reach(
-            transport, fab.link_rate_bps, len(plan.planes),
-            plan.longest_path_links))
+        self.profile = fabric_qp_profile(transport, fab.link_rate_bps,
+                                         len(plan.planes),
+                                         plan.longest_path_links)
         self.endpoints: dict[str, Endpoint] = {}
         self.connections: dict[tuple[str, str], Connection] = {}
         self.flows: dict[int, EndpointFlow] = {}
@@ -90,7 +90,7 @@ class EndpointFlows:
             a, b = self._endpoint(src), self._endpoint(dst)
             qa, qb = connect(a, b, self._paths(src, dst),
                              self._paths(dst, src), self.transport,
-                             **self.attrs)
+                             self.profile)
             self.connections[(src, dst)] = Connection(
                 qa, qb, b.register_mr(bytearray(size)))
 

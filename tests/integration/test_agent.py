@@ -1,6 +1,7 @@
 """MRC agents as separate processes inside the hosts, driven by JSON lines."""
 import pytest
 
+from testbed.nic.emulated_timescale import emulated_qp_profile, qp_reach
 from testbed.shell.agent_client import AgentError, start_agent
 
 SRC, DST = 'h1', 'h16'
@@ -18,8 +19,12 @@ def test_agents_write_across_the_fabric(fabric_factory):
     fab.add_cleanup(b.stop)
     size = 8 << 20
     mr = b.call(cmd='register_mr', size=size)
-    qa = a.call(cmd='create_qp', transport='mrc')
-    qb = b.call(cmd='create_qp', transport='mrc')
+    # The caller computes the profile once (NSCC sized on 2 planes x 10 Mbit/s)
+    # and it travels whole; connect brings each QP up with its create_qp profile.
+    profile = emulated_qp_profile(*qp_reach(
+        'mrc', 10e6, len(fab.plan.planes), fab.plan.longest_path_links)).to_json()
+    qa = a.call(cmd='create_qp', transport='mrc', profile=profile)
+    qb = b.call(cmd='create_qp', transport='mrc', profile=profile)
     a.call(cmd='connect', qpn=qa['qpn'], remote=qb['info'],
            paths_by_plane=paths(fab.plan, SRC, DST))
     b.call(cmd='connect', qpn=qb['qpn'], remote=qa['info'],
@@ -36,6 +41,7 @@ def test_agents_write_across_the_fabric(fabric_factory):
     stats = a.call(cmd='stats')
     qp_stats = stats['endpoint']['qps']['%#x' % qa['qpn']]
     assert qp_stats['bytes_sent'] >= size
+    assert qp_stats['cc']['cwnd'] is not None    # NSCC came with the profile (no CC: null)
     evs = a.call(cmd='evs', qpn=qa['qpn'])['evs']
     assert {e['plane'] for e in evs} == {1, 2}
 
@@ -45,7 +51,9 @@ def test_a_bad_command_is_refused_and_the_agent_lives_on(fabric_factory):
     agent = start_agent(fab, 'h1')
     fab.add_cleanup(agent.stop)
     for bad in ({'cmd': 'fly'}, {'cmd': 'post_write', 'qpn': 99, 'size': 1,
-                                 'rkey': 1}, {'cmd': 'hash_mr', 'rkey': 5}):
+                                 'rkey': 1}, {'cmd': 'hash_mr', 'rkey': 5},
+                {'cmd': 'create_qp', 'link_rate_bps': 1e6},
+                {'cmd': 'create_qp', 'profile': {'mpr': 0}}):
         with pytest.raises(AgentError):
             agent.call(**bad)
     agent.send(cmd='not json')   # still valid JSON, unknown command

@@ -1,15 +1,18 @@
 """MRC over a real 2-plane fat-tree: sockets in host namespaces, packets
 through OVS bridges, a core link failing mid-transfer."""
 import os
+import socket
+from dataclasses import replace
 
 import pytest
 
 from testbed.fabric.netns import inside
 from testbed.nic.endpoint import Endpoint, bring_up, connect
-from testbed.nic.emulated_timescale import emulated_qp_attrs
+from testbed.nic.emulated_timescale import emulated_qp_profile
 from testbed.nic.ev_table import EvState
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.socket_runtime import AddressBook, SocketRuntime
+from testbed.nic.wire import Sack, build_inner
 
 SPEC = 'fattree,k=4,planes=2'
 SRC, DST = 'h1', 'h16'          # pod 0 to pod 3: 4 paths per plane
@@ -20,7 +23,8 @@ DATA_OPCODES = range(0x06, 0x0C)
 class Pair:
     """Two endpoints on h1 and h16 and one connected QP pair."""
 
-    def __init__(self, fab, transport='mrc', size=32 << 20, **attrs):
+    def __init__(self, fab, transport='mrc', size=32 << 20, profile=None,
+                 pinned=None):
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
         self.sent = []           # (time, ev_id, path, is_data) of every packet
@@ -37,18 +41,19 @@ class Pair:
         self.paths_ab = paths_ab
         self.buf = bytearray(size)
         self.mr = self.b.register_mr(self.buf)
-        attrs = {**emulated_qp_attrs(), **attrs}
-        pinned = attrs.pop('pinned_path', None)
+        profile = profile or emulated_qp_profile()
         if pinned is None:
             self.qa, self.qb = connect(self.a, self.b, paths_ab, paths_ba,
-                                       transport, **attrs)
+                                       transport, profile)
         else:   # RC: each side pinned to its half of one path
-            config = attrs.pop('config')
+            config = profile.transport_config
             self.qa = self.a.create_qp(transport, config=config)
             self.qb = self.b.create_qp(transport, config=config)
             info_a, info_b = self.qa.local_info(), self.qb.local_info()
-            bring_up(self.qa, info_b, paths_ab, pinned_path=pinned[0], **attrs)
-            bring_up(self.qb, info_a, paths_ba, pinned_path=pinned[1], **attrs)
+            bring_up(self.qa, info_b, paths_ab,
+                     replace(profile, pinned_path=pinned[0]))
+            bring_up(self.qb, info_a, paths_ba,
+                     replace(profile, pinned_path=pinned[1]))
         self.data = os.urandom(size)
         self.done_a, self.done_b = [], []
         self.data_packets = 0
@@ -156,8 +161,9 @@ def test_rc_on_a_dead_path_ends_in_qp_error(fat_tree):
     back = next(p for p in plan.paths(DST, SRC, 1)
                 if p.switches == there.switches[::-1])
     pair = Pair(fat_tree, 'rc', size=1 << 20,
-                pinned_path=((1, there.carrier), (1, back.carrier)),
-                retry=RetryConfig(linear_cnt=3, exp_cnt=2))
+                pinned=((1, there.carrier), (1, back.carrier)),
+                profile=replace(emulated_qp_profile(),
+                                retry=RetryConfig(linear_cnt=3, exp_cnt=2)))
     try:
         fat_tree.set_link(*DEAD, up=False)
         pair.post()
@@ -167,3 +173,60 @@ def test_rc_on_a_dead_path_ends_in_qp_error(fat_tree):
         assert pair.qa.stats()['state'].endswith('ERROR')
     finally:
         pair.close()
+
+
+def test_ev_ids_beyond_16_bits_survive_the_round_trip(fat_tree):
+    """The sender puts an EV's low 16 bits in the UDP source port and its high
+    16 in the flow label; the receiver reads both back (IPV6_FLOWINFO), so the
+    data packets arrive with their own EV ids and the SACKs reflect them."""
+    base = 0xABCD0000
+    emulated = emulated_qp_profile()
+    profile = replace(emulated, ev_profile=replace(emulated.ev_profile,
+                                                   ev_id_base=base))
+    pair = Pair(fat_tree, size=1 << 20, profile=profile)
+    received = set()            # the EV ids B's endpoint was handed
+    deliver = pair.b.on_packet
+
+    def spy(now, data, ev_id, plane, src_addr=None, ecn=False):
+        if data[0] in DATA_OPCODES:
+            received.add(ev_id)
+        deliver(now, data, ev_id, plane, src_addr, ecn)
+    pair.b.on_packet = spy
+    try:
+        pair.post()
+        assert pair.rt.run(pair.finished, timeout_s=60)
+        assert pair.done_a[0].ok and bytes(pair.buf) == pair.data
+        sent = {ev for _t, ev, _path, data in pair.sent if data}
+        assert min(sent) >= base and received == sent
+        # SACKs reflect the full EV id: the requester matched them to its EVs.
+        sampled = {s['ev_id'] for s in pair.qa.ev_snapshot() if s['rtt_ewma_s']}
+        assert sampled and sampled <= sent
+    finally:
+        pair.close()
+
+
+def test_the_receive_path_reads_the_ev_and_a_ce_mark_from_the_flow_info(fat_tree):
+    """What a host's UDP socket is handed, inner headers as the sender wrote them:
+    the EV from source port + flow label, ECN CE from the traffic class."""
+    plan = fat_tree.plan
+    book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
+    rt = SocketRuntime(book)
+    ep = Endpoint(DST)
+    got = []
+    ep.on_packet = (lambda now, data, ev_id, plane, src_addr=None, ecn=False:
+                    got.append((ev_id, plane, src_addr, ecn)))
+    me = book.address(DST, 1)
+    sack = Sack(0x100, 5, 0).encode()
+    sent = [(0b11, 0xFEDC1234), (0b10, 0x00010002), (0b01, 0xFFFF), (0, 7)]
+    with inside(fat_tree.host_pid(DST)):
+        rt.add(ep)
+        tx = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    try:
+        for ecn_bits, ev in sent:
+            tx.sendto(build_inner(me, me, ev, sack, traffic_class=0x20 | ecn_bits),
+                      (me, 0))
+        assert rt.run(lambda: len(got) == len(sent), timeout_s=5)
+    finally:
+        tx.close()
+        rt.close()
+    assert got == [(ev, 1, DST, ecn_bits == 0b11) for ecn_bits, ev in sent]

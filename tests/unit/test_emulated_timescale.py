@@ -1,11 +1,14 @@
 """NSCC's parameters on the emulated timescale (no root needed)."""
+from dataclasses import replace
+
 import pytest
 
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
-from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES,
-                                            PROCESSING_RTT_S, base_rtt_s,
-                                            emulated_qp_attrs, qp_reach)
+from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES, MPR_UNITS,
+                                            PROCESSING_RTT_S, RETRY, base_rtt_s,
+                                            emulated_qp_profile, qp_reach)
+from testbed.nic.qp_profile import QpProfile
 
 
 @pytest.mark.parametrize('spec, mbit', [
@@ -22,7 +25,7 @@ def test_the_window_covers_a_full_packet_on_every_link_of_the_longest_path(
     port_bps = mbit * 1e6
     qp_bps = port_bps * len(plan.planes)
     rtt = base_rtt_s(port_bps, plan.longest_path_links)
-    nscc = emulated_qp_attrs(qp_bps, rtt)['cc_profile'].nscc
+    nscc = emulated_qp_profile(qp_bps, rtt).cc_profile.config
     one_packet_rtt = PROCESSING_RTT_S + plan.longest_path_links * \
         DATA_FRAME_BYTES * 8 / port_bps
     assert nscc.max_cwnd >= qp_bps / 8 * one_packet_rtt
@@ -32,20 +35,20 @@ def test_the_window_covers_a_full_packet_on_every_link_of_the_longest_path(
 
 def test_without_a_rate_the_base_rtt_is_the_emulator_floor():
     assert base_rtt_s(None, 6) == PROCESSING_RTT_S
-    assert emulated_qp_attrs()['cc_profile'].nscc is None
+    assert emulated_qp_profile().cc_profile.config is None
 
 
-def timers(attrs):
-    c = attrs['config']
+def timers(profile):
+    c = profile.transport_config
     return (c.packet_timeout_s, c.probe_timeout_s, c.skip_queueing_target_s,
-            attrs['ev_profile'].probe_interval_s, attrs['timeout_s'])
+            profile.ev_profile.probe_interval_s, profile.timeout_s)
 
 
 def test_timers_stretch_with_a_slower_fabric_and_only_then():
-    tuned = timers(emulated_qp_attrs(20e6, base_rtt_s(10e6, 6)))
-    assert tuned == timers(emulated_qp_attrs(40e6, base_rtt_s(20e6, 4)))
+    tuned = timers(emulated_qp_profile(20e6, base_rtt_s(10e6, 6)))
+    assert tuned == timers(emulated_qp_profile(40e6, base_rtt_s(20e6, 4)))
     assert tuned[0] == tuned[4] == 0.2
-    slow = timers(emulated_qp_attrs(6e6, base_rtt_s(3e6, 6)))
+    slow = timers(emulated_qp_profile(6e6, base_rtt_s(3e6, 6)))
     ratio = base_rtt_s(3e6, 6) / base_rtt_s(10e6, 6)
     assert ratio > 2
     assert slow == pytest.approx(tuple(t * ratio for t in tuned))
@@ -56,3 +59,13 @@ def test_a_pinned_qp_is_sized_on_one_port_mrc_on_every_plane():
     for pinned in ('rc', 'ecmp'):
         assert qp_reach(pinned, 3e6, 4, 6) == (3e6, mrc[1])
     assert mrc == (12e6, base_rtt_s(3e6, 6))
+
+
+def test_the_emulated_profile_is_the_defaults_with_the_emulator_s_values():
+    profile = emulated_qp_profile(20e6, base_rtt_s(10e6, 6))
+    same_elsewhere = replace(profile, cc_profile=QpProfile().cc_profile,
+                             transport_config=QpProfile().transport_config,
+                             ev_profile=QpProfile().ev_profile, mpr=8, mpr_dest=8,
+                             timeout_s=None, retry=QpProfile().retry)
+    assert same_elsewhere == QpProfile()
+    assert (profile.mpr, profile.mpr_dest, profile.retry) == (MPR_UNITS, MPR_UNITS, RETRY)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from testbed.nic.loopback import Loopback
 from testbed.nic.wire import (PSN_MASK, DataPacket, Nack, NackReason, Opcode,
                               Sack, Verdict)
-from tests.unit.qp_harness import RKEY, make_pair
+from testbed.nic.qp_pair import RKEY, make_pair
 
 SIZE = 64 << 10
 KINDS = ('random', 'truncated', 'bitflip', 'duplicate', 'unknown_qp',

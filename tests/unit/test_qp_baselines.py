@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,8 @@ from testbed.nic.retry_timer import time_to_error
 from testbed.nic.routes import ecmp_route, five_tuple_hash, flattened_paths, rocev2_source_port
 from testbed.nic.wire import max_payload
 
-from tests.unit.qp_harness import (
+from testbed.nic.qp_pair import (
+    PAIR_PROFILE,
     RKEY,
     Trace,
     data_psn,
@@ -82,7 +84,8 @@ def test_rc_survives_random_loss_on_a_live_path() -> None:
 
 def test_rc_uses_the_path_it_is_given() -> None:
     paths = make_paths("A", "B", 2, 4)
-    pair = make_pair_asymmetric("rc", {"pinned_path": (2, paths[2][3])}, {})
+    pair = make_pair_asymmetric("rc", replace(PAIR_PROFILE, pinned_path=(2, paths[2][3])),
+                                PAIR_PROFILE)
     pair.qa.post_write(payload(20 * P), 0, RKEY)
     loop = Loopback([pair.a, pair.b])
     trace = Trace().attach(loop)

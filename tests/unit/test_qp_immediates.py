@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from testbed.nic.completion import WcOpcode, WcStatus
 from testbed.nic.loopback import Loopback
 from testbed.nic.qp_state import QpState
 from testbed.nic.wire import max_payload
 
-from tests.unit.qp_harness import (
+from testbed.nic.qp_pair import (
+    PAIR_PROFILE,
     RKEY,
     Trace,
     data_psn,
@@ -75,7 +78,8 @@ def test_zero_length_write_with_immediate() -> None:
 
 def test_exceeding_max_wimm_dest_is_a_qp_error() -> None:
     # A misconfigured requester allows 4 WriteIMMs in flight, the responder only 2.
-    pair = make_pair_asymmetric("mrc", {"max_wimm": 4}, {"max_wimm_dest": 2})
+    pair = make_pair_asymmetric("mrc", replace(PAIR_PROFILE, max_wimm=4),
+                                replace(PAIR_PROFILE, max_wimm_dest=2))
     for wr_id in range(3):
         pair.qb.post_recv(wr_id)
     for imm in range(3):

@@ -9,7 +9,7 @@ from testbed.nic.loopback import Loopback
 from testbed.nic.routes import ReverseRoutes
 from testbed.nic.wire import max_payload
 
-from tests.unit.qp_harness import RKEY, Trace, done, make_pair, payload
+from testbed.nic.qp_pair import RKEY, Trace, done, make_pair, payload
 
 P = max_payload(1500)
 KILL_AT, REVIVE_AT, END = 5e-3, 45e-3, 60e-3
@@ -106,7 +106,7 @@ def test_retry_timer_demotes_the_ev_it_times_out() -> None:
     one packet instead of one per rotation."""
     from testbed.nic.transport_config import TransportConfig
     pair = make_pair(mr_size=1 << 20, mpr=1, max_wimm=1,
-                     config=TransportConfig(packet_timeout_s=50e-3))
+                     transport_config=TransportConfig(packet_timeout_s=50e-3))
     dead = pair.paths_ab[1][0]
     on_dead = [ev.ev_id for ev in pair.qa.ev_table.active_evs() if ev.path == dead]
     loop = Loopback([pair.a, pair.b], rate_bps=1e9)

@@ -12,7 +12,7 @@ from testbed.nic.memory import MemoryRegion, PlacementResult, ReorderFreePlaceme
 from testbed.nic.qp_state import QpState
 from testbed.nic.wire import Nack, NackReason, decode, max_payload
 
-from tests.unit.qp_harness import RKEY, make_pair, payload
+from testbed.nic.qp_pair import RKEY, make_pair, payload
 
 MTU_PAYLOAD = max_payload(1500)
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 
+from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig, NullCc
 from testbed.nic.completion import WcStatus
 from testbed.nic.ev_table import EvState, EvTableConfig
 from testbed.nic.loopback import Loopback
-from testbed.nic.nscc import NSCC_ALGORITHM, CcProfile, NsccConfig, NullCc
 from testbed.nic.qp_state import QpState, RetryConfig
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import EvProbe, EvProbeReply, Nack, NackReason, decode, max_payload, psn_add
 
-from tests.unit.qp_harness import (
+from testbed.nic.qp_pair import (
     RKEY,
     Trace,
     data_psn,
@@ -221,7 +221,7 @@ def test_cc_none_puts_no_limit_on_the_window() -> None:
 
 def test_recovery_without_trim_nacks_uses_holes_and_timers() -> None:
     """Q12: a responder without the TRIM_NACK capability; the QP still completes."""
-    pair = make_pair(config=TransportConfig(trim_nacks=False))
+    pair = make_pair(transport_config=TransportConfig(trim_nacks=False))
     data = payload(300 * P)
     pair.qa.post_write(data, 0, RKEY)
     loop = Loopback([pair.a, pair.b], rate_bps=1e9)

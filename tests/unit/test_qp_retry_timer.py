@@ -11,7 +11,7 @@ from testbed.nic.loopback import Loopback
 from testbed.nic.qp_state import QpState, RetryConfig
 from testbed.nic.retry_timer import RetryTimer, retry_interval, retry_schedule, time_to_error
 
-from tests.unit.qp_harness import RKEY, Trace, make_pair
+from testbed.nic.qp_pair import RKEY, Trace, make_pair
 
 T = 1.0
 

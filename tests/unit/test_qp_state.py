@@ -7,14 +7,14 @@ import json
 
 import pytest
 
+from testbed.nic.cc import CcProfile
 from testbed.nic.completion import WcStatus, WrOpcode
 from testbed.nic.endpoint import Endpoint
 from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.loopback import make_paths
-from testbed.nic.nscc import CcProfile
 from testbed.nic.qp_state import QpError, QpState, RetryConfig, timeout_seconds
 
-from tests.unit.qp_harness import RKEY, make_pair
+from testbed.nic.qp_pair import RKEY, make_pair
 
 PATHS = make_paths("A", "B", 2, 2)
 INIT = {"ev_profile": EvTableConfig(active_count=4, backup_per_plane=1), "cc_profile": CcProfile()}

@@ -12,7 +12,7 @@ import time
 from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.loopback import Loopback
 
-from tests.unit.qp_harness import RKEY, done, make_pair, payload
+from testbed.nic.qp_pair import RKEY, done, make_pair, payload
 
 SIZE = 8 << 20
 

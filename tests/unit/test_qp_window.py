@@ -20,7 +20,7 @@ from testbed.nic.wire import (
     psn_add,
 )
 
-from tests.unit.qp_harness import RKEY, data_psn, done, is_data, is_retransmit, make_pair, payload
+from testbed.nic.qp_pair import RKEY, data_psn, done, is_data, is_retransmit, make_pair, payload
 
 P = max_payload(1500)
 

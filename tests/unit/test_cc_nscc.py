@@ -1,4 +1,6 @@
-"""Unit tests for testbed.nic.nscc (NSCC per UEC 1.0 §3.6.13, MRC checklist C1-C5)."""
+"""Unit tests for testbed.nic.cc.nscc (NSCC per UEC 1.0 §3.6.13, MRC checklist C1-C5).
+
+Selecting NSCC by profile (C5) is tested with the registry, in test_cc_base.py."""
 
 from __future__ import annotations
 
@@ -9,15 +11,11 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from testbed.nic.nscc import (
-    NSCC_ALGORITHM,
+from testbed.nic.cc.nscc import (
     UINT32_MAX,
-    CcProfile,
     Nscc,
     NsccConfig,
     NsccConfigError,
-    NullCc,
-    make_cc,
     rtt_sample_is_unambiguous,
 )
 
@@ -440,39 +438,8 @@ def test_receiver_penalty_range_is_checked(pen: object) -> None:
 
 
 # --------------------------------------------------------------------------
-# Profiles, NullCc, factory (C5)
+# Stats
 # --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("algorithm", [None, "none"])
-def test_disabled_profile_gives_a_controller_that_never_limits(algorithm: str | None) -> None:
-    cc = make_cc(CcProfile(algorithm))
-    assert isinstance(cc, NullCc)
-    for i in range(10_000):
-        assert cc.can_send(MTU)
-        cc.on_send(MTU, i * US)
-    cc.on_trim(MTU, 1.0, last_hop=False)
-    cc.on_loss(MTU, 1.0)
-    cc.on_ack(MTU, 100.0, True, 1.0, rcv_cwnd_pen=127)
-    assert cc.can_send(10**9)
-    assert cc.cwnd == math.inf
-    assert cc.inflight == 9_997 * MTU
-    assert cc.stats()["trim_count"] == 1
-
-
-def test_nscc_profile_gives_nscc() -> None:
-    cc = make_cc(CcProfile(NSCC_ALGORITHM, DC), now=5.0)
-    assert isinstance(cc, Nscc)
-    assert cc.cwnd == DC.max_cwnd                  # UEC: cwnd starts at MaxWnd
-    assert cc.config is DC
-    assert CcProfile(NSCC_ALGORITHM, DC).enabled and not CcProfile().enabled
-
-
-def test_profile_validation() -> None:
-    with pytest.raises(NsccConfigError, match="CcProfile.algorithm"):
-        CcProfile("mrc-smtrk-1.00", DC)
-    with pytest.raises(NsccConfigError, match="CcProfile.nscc"):
-        CcProfile(NSCC_ALGORITHM)
 
 
 def test_stats_exports_window_and_counters() -> None:

@@ -20,6 +20,10 @@ Sources followed (rules and constants below cite them by tag):
 One controller governs one QPCC: a single byte window shared by every path
 (EV) and every QP mapped to it. Time is always passed in (``now``, seconds,
 float); nothing here reads a clock, so behaviour is deterministic.
+
+Everything that affects how NSCC reacts lives here; what makes it selectable
+(the registry, CcProfile) is cc/base.py, and the last line of this module is
+its registration under NSCC_ALGORITHM.
 """
 
 from __future__ import annotations
@@ -27,12 +31,17 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Protocol
+
+from testbed.nic.cc.base import (
+    RCV_CWND_PEN_MAX,
+    CcConfigError,
+    check_bytes,
+    check_penalty,
+    register_cc,
+)
 
 NSCC_ALGORITHM = "uet-1.0-nscc"
 """CC profile algorithm string defined by mrc_ctl.h for NSCC [MRC]."""
-
-DISABLED_ALGORITHMS: tuple[str | None, ...] = (None, "none")
 
 UINT8_MAX = 0xFF
 UINT32_MAX = 0xFFFF_FFFF
@@ -66,13 +75,12 @@ QA_THRESHOLD_OFF_NS = UINT32_MAX
 # still have a reachable "near zero" band.
 FAST_INCREASE_DELAY_FRACTION = 1e-6 / REFERENCE_RTT_S
 
-# [UEC] apply_cwnd_penalty: window_decrease = (pen * bytes) >> 7, pen 0..127.
-RCV_CWND_PEN_MAX = 127
+# [UEC] apply_cwnd_penalty: window_decrease = (pen * bytes) >> 7, pen 0..RCV_CWND_PEN_MAX.
 RCV_CWND_PEN_SHIFT = 7
 
 
-class NsccConfigError(ValueError):
-    """A CC profile or NSCC configuration field is out of range."""
+class NsccConfigError(CcConfigError):
+    """An NSCC configuration field is out of range."""
 
 
 # --------------------------------------------------------------------------
@@ -225,36 +233,8 @@ class NsccConfig:
         return 4.0 * self.scaling_a * self.scaling_b * self.mtu / self.target_delay_s
 
 
-@dataclass(frozen=True)
-class CcProfile:
-    """An MRC CC profile: algorithm string plus its algorithm-specific config.
-
-    ``algorithm`` None or "none" disables congestion control (mrc_ctl.h: a
-    NULL algorithm disables CC) [MRC].
-    """
-
-    algorithm: str | None = None
-    nscc: NsccConfig | None = None
-
-    def __post_init__(self) -> None:
-        if self.algorithm in DISABLED_ALGORITHMS:
-            return
-        if self.algorithm != NSCC_ALGORITHM:
-            raise NsccConfigError(
-                f"CcProfile.algorithm: unsupported {self.algorithm!r}; "
-                f"expected {NSCC_ALGORITHM!r}, None or 'none'")
-        if not isinstance(self.nscc, NsccConfig):
-            raise NsccConfigError(
-                f"CcProfile.nscc: algorithm {NSCC_ALGORITHM!r} needs an NsccConfig, "
-                f"got {self.nscc!r}")
-
-    @property
-    def enabled(self) -> bool:
-        return self.algorithm not in DISABLED_ALGORITHMS
-
-
 # --------------------------------------------------------------------------
-# Controller interface
+# Counters
 # --------------------------------------------------------------------------
 
 
@@ -281,38 +261,6 @@ class NsccCounters:
     restore_count: int = 0
 
 
-class CongestionControl(Protocol):
-    """What an MRC QP needs from its QPCC's congestion controller."""
-
-    counters: NsccCounters
-
-    @property
-    def cwnd(self) -> float: ...
-
-    @property
-    def inflight(self) -> int: ...
-
-    def can_send(self, nbytes: int) -> bool: ...
-
-    def on_send(self, nbytes: int, now: float) -> None: ...
-
-    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float,
-               service_time_s: float = 0.0, retransmitted: bool = False,
-               rcv_cwnd_pen: int = 0, restore_cwnd: bool = False) -> None: ...
-
-    def on_trim(self, nbytes: int, now: float, last_hop: bool,
-                rtt_s: float | None = None, retransmitted: bool = False) -> None: ...
-
-    def on_loss(self, nbytes: int, now: float) -> None: ...
-
-    def on_receiver_penalty(self, pen: int, now: float, acked_bytes: int = 0,
-                            restore: bool = False) -> bool: ...
-
-    def ack_request(self, ack_gen_trigger: int = 0) -> bool: ...
-
-    def stats(self) -> dict[str, float | int | bool | None]: ...
-
-
 def rtt_sample_is_unambiguous(rtx_count: int, retx_echo: bool) -> bool:
     """Whether an ACK may feed the RTT estimator [UEC] §3.6.13.1.
 
@@ -321,20 +269,6 @@ def rtt_sample_is_unambiguous(rtx_count: int, retx_echo: bool) -> bool:
     echoes the flag. Callers pass ``retransmitted=not ...`` to ``on_ack``.
     """
     return (rtx_count == 0 and not retx_echo) or (rtx_count == 1 and retx_echo)
-
-
-def _check_bytes(name: str, nbytes: int) -> None:
-    if type(nbytes) is int and nbytes >= 0:
-        return                        # the per-packet case, settled by one test
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-        raise ValueError(f"{name}: must be a non-negative int, got {nbytes!r}")
-
-
-def _check_penalty(pen: int) -> None:
-    if type(pen) is int and 0 <= pen <= RCV_CWND_PEN_MAX:
-        return                        # the per-SACK case, settled by one test
-    if isinstance(pen, bool) or not isinstance(pen, int) or not 0 <= pen <= RCV_CWND_PEN_MAX:
-        raise ValueError(f"rcv_cwnd_pen: must be an int in [0, {RCV_CWND_PEN_MAX}], got {pen!r}")
 
 
 # --------------------------------------------------------------------------
@@ -351,6 +285,8 @@ class Nscc:
     service time can never shrink the baseline and inflate every later delay.
     Pass 0.0 for the UEC rule (track the minimum sample downward freely).
     """
+
+    limits_sending = True
 
     def __init__(self, config: NsccConfig, now: float = 0.0,
                  initial_cwnd: int | None = None,
@@ -437,7 +373,7 @@ class Nscc:
 
     def on_send(self, nbytes: int, now: float) -> None:
         if type(nbytes) is not int or nbytes < 0:     # per packet: test inline, raise there
-            _check_bytes("nbytes", nbytes)
+            check_bytes("nbytes", nbytes)
         self._inflight += nbytes
         self.counters.sent_bytes += nbytes
 
@@ -458,9 +394,9 @@ class Nscc:
         ambiguous (see :func:`rtt_sample_is_unambiguous`).
         """
         if type(acked_bytes) is not int or acked_bytes < 0:   # per SACK: test inline
-            _check_bytes("acked_bytes", acked_bytes)
+            check_bytes("acked_bytes", acked_bytes)
         if type(rcv_cwnd_pen) is not int or not 0 <= rcv_cwnd_pen <= RCV_CWND_PEN_MAX:
-            _check_penalty(rcv_cwnd_pen)
+            check_penalty(rcv_cwnd_pen)
         self._count_delivery(acked_bytes)
         receiver_limited = self._apply_penalty(rcv_cwnd_pen, restore_cwnd, acked_bytes)
         sample = self._rtt_sample(rtt_s, service_time_s, retransmitted)
@@ -482,7 +418,7 @@ class Nscc:
         MRC has no receiver-credit CC, so last-hop trims cut the window as
         well (UEC exempts them only when RCCC is running).
         """
-        _check_bytes("nbytes", nbytes)
+        check_bytes("nbytes", nbytes)
         self.counters.trim_count += 1
         self.counters.last_hop_trim_count += int(last_hop)
         self._inflight -= nbytes
@@ -505,7 +441,7 @@ class Nscc:
         No quick adapt here, as in UEC: MRC reads an untrimmed loss as a
         failed path, not congestion [P1 §2.1 in the reference].
         """
-        _check_bytes("nbytes", nbytes)
+        check_bytes("nbytes", nbytes)
         self.counters.loss_count += 1
         self._set_cwnd(self._cwnd - nbytes)
         self._bytes_ignored += nbytes
@@ -520,8 +456,8 @@ class Nscc:
         taken off ``inflight``). Returns whether the receiver limits the
         window (pen > 0).
         """
-        _check_penalty(pen)
-        _check_bytes("acked_bytes", acked_bytes)
+        check_penalty(pen)
+        check_bytes("acked_bytes", acked_bytes)
         return self._apply_penalty(pen, restore, acked_bytes)
 
     # -- internals: bookkeeping ------------------------------------------------
@@ -699,83 +635,14 @@ class Nscc:
         return False
 
 
-# --------------------------------------------------------------------------
-# Disabled CC
-# --------------------------------------------------------------------------
-
-
-class NullCc:
-    """CC disabled (NULL profile): tracks inflight for stats, never limits."""
-
-    def __init__(self) -> None:
-        self.counters = NsccCounters()
-        self._inflight = 0
-
-    @property
-    def cwnd(self) -> float:
-        return math.inf
-
-    @property
-    def inflight(self) -> int:
-        return self._inflight
-
-    def stats(self) -> dict[str, float | int | bool | None]:
-        state: dict[str, float | int | bool | None] = {
-            "cwnd": math.inf, "inflight": self._inflight}
-        state.update(asdict(self.counters))
-        return state
-
-    def can_send(self, nbytes: int) -> bool:
-        return True
-
-    def on_send(self, nbytes: int, now: float) -> None:
-        if type(nbytes) is not int or nbytes < 0:     # per packet: test inline, raise there
-            _check_bytes("nbytes", nbytes)
-        self._inflight += nbytes
-        self.counters.sent_bytes += nbytes
-
-    def ack_request(self, ack_gen_trigger: int = 0) -> bool:
-        return False
-
-    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float,
-               service_time_s: float = 0.0, retransmitted: bool = False,
-               rcv_cwnd_pen: int = 0, restore_cwnd: bool = False) -> None:
-        if type(acked_bytes) is not int or acked_bytes < 0:   # per SACK: test inline
-            _check_bytes("acked_bytes", acked_bytes)
-        self._inflight -= acked_bytes
-        self.counters.acks += 1
-        self.counters.acked_bytes += acked_bytes
-
-    def on_trim(self, nbytes: int, now: float, last_hop: bool,
-                rtt_s: float | None = None, retransmitted: bool = False) -> None:
-        _check_bytes("nbytes", nbytes)
-        self._inflight -= nbytes
-        self.counters.trim_count += 1
-        self.counters.last_hop_trim_count += int(last_hop)
-
-    def on_loss(self, nbytes: int, now: float) -> None:
-        _check_bytes("nbytes", nbytes)
-        self._inflight -= nbytes
-        self.counters.loss_count += 1
-
-    def on_receiver_penalty(self, pen: int, now: float, acked_bytes: int = 0,
-                            restore: bool = False) -> bool:
-        _check_penalty(pen)
-        return False
-
-
-def make_cc(profile: CcProfile, now: float = 0.0, initial_cwnd: int | None = None,
-            base_rtt_floor_s: float | None = None) -> Nscc | NullCc:
-    """The controller a QPCC bound to ``profile`` runs."""
-    if not profile.enabled:
-        return NullCc()
-    assert profile.nscc is not None  # guaranteed by CcProfile validation
-    return Nscc(profile.nscc, now=now, initial_cwnd=initial_cwnd,
-                base_rtt_floor_s=base_rtt_floor_s)
+def _make_nscc(config: NsccConfig, *, now: float, initial_cwnd: int | None,
+               base_rtt_floor_s: float | None) -> Nscc:
+    return Nscc(config, now=now, initial_cwnd=initial_cwnd, base_rtt_floor_s=base_rtt_floor_s)
 
 
 __all__ = [
-    "NSCC_ALGORITHM", "CcProfile", "CongestionControl", "NsccConfig",
-    "NsccConfigError", "NsccCounters", "Nscc", "NullCc", "make_cc",
+    "NSCC_ALGORITHM", "NsccConfig", "NsccConfigError", "NsccCounters", "Nscc",
     "rtt_sample_is_unambiguous",
 ]
+
+register_cc(NSCC_ALGORITHM, _make_nscc, config_type=NsccConfig)

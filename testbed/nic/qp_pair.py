@@ -1,9 +1,17 @@
-"""Shared set-up for the QP tests: two endpoints, a connected QP pair, a loopback, traces."""
+"""An in-process pair of endpoints and a connected QP between them, for tests and benchmarks.
+
+Everything that sets up two Endpoints over the Loopback channel lives here: `make_pair`
+(endpoint A writes into a memory region of endpoint B over 2 planes x 4 paths), the
+profile such pairs get unless told otherwise, a `Trace` of what the loopback carried
+(decoded: a test's tool, decoding costs), and small predicates over raw packets. Nothing
+here opens a socket or reads a clock.
+"""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from testbed.nic.endpoint import Endpoint, bring_up, connect
@@ -12,13 +20,15 @@ from testbed.nic.loopback import Loopback, make_paths
 from testbed.nic.memory import MemoryRegion
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp import QueuePair
-from testbed.nic.transport_config import TransportConfig
+from testbed.nic.qp_profile import QpProfile
 from testbed.nic.wire import DataPacket, Nack, Sack, decode
 
 RKEY = 0x77
 # 2 planes x 8 active EVs over 4 paths each, 4 backups per plane, fast probing.
 SMALL_EV_PROFILE = EvTableConfig(active_count=16, backup_per_plane=4, ev_min_active=1,
                                  probe_interval_s=1e-3)
+# What every pair gets unless a test says otherwise: the small EV table, a 5 ms ACK timeout.
+PAIR_PROFILE = QpProfile(ev_profile=SMALL_EV_PROFILE, timeout_s=5e-3)
 
 
 @dataclass
@@ -33,29 +43,31 @@ class Pair:
 
 
 def make_pair(transport: str = "mrc", *, planes: int = 2, per_plane: int = 4, seed: int = 1,
-              mr_size: int = 1 << 20, config: TransportConfig | None = None,
-              **overrides: Any) -> Pair:
+              mr_size: int = 1 << 20, profile: QpProfile = PAIR_PROFILE,
+              psn_a: int | None = None, psn_b: int | None = None,
+              **profile_fields: Any) -> Pair:
+    """A connected pair A -> B; `profile_fields` replace fields of `profile` (a name
+    QpProfile does not have is refused, as dataclasses.replace refuses it)."""
     a, b = Endpoint("A", seed=seed), Endpoint("B", seed=seed + 100)
     mr = b.register_mr(bytearray(mr_size), rkey=RKEY)
     paths_ab = make_paths("A", "B", planes, per_plane)
     paths_ba = make_paths("B", "A", planes, per_plane)
-    overrides.setdefault("ev_profile", SMALL_EV_PROFILE)
-    overrides.setdefault("timeout_s", 5e-3)
-    qa, qb = connect(a, b, paths_ab, paths_ba, transport, config=config, **overrides)
+    qa, qb = connect(a, b, paths_ab, paths_ba, transport, replace(profile, **profile_fields),
+                     psn_a=psn_a, psn_b=psn_b)
     return Pair(a, b, qa, qb, mr, paths_ab, paths_ba)
 
 
-def make_pair_asymmetric(transport: str, attrs_a: dict[str, Any], attrs_b: dict[str, Any],
+def make_pair_asymmetric(transport: str, profile_a: QpProfile, profile_b: QpProfile,
                          *, seed: int = 1, mr_size: int = 1 << 20) -> Pair:
-    """Like make_pair, but each side brought up with its own attributes."""
+    """Like make_pair, but each side created and brought up with its own profile."""
     a, b = Endpoint("A", seed=seed), Endpoint("B", seed=seed + 100)
     mr = b.register_mr(bytearray(mr_size), rkey=RKEY)
     paths_ab, paths_ba = make_paths("A", "B", 2, 4), make_paths("B", "A", 2, 4)
-    qa, qb = a.create_qp(transport), b.create_qp(transport)
+    qa = a.create_qp(transport, config=profile_a.transport_config)
+    qb = b.create_qp(transport, config=profile_b.transport_config)
     info_a, info_b = qa.local_info(), qb.local_info()
-    base = {"ev_profile": SMALL_EV_PROFILE, "timeout_s": 5e-3}
-    bring_up(qa, info_b, paths_ab, **{**base, **attrs_a})
-    bring_up(qb, info_a, paths_ba, **{**base, **attrs_b})
+    bring_up(qa, info_b, paths_ab, profile_a)
+    bring_up(qb, info_a, paths_ba, profile_b)
     return Pair(a, b, qa, qb, mr, paths_ab, paths_ba)
 
 
@@ -132,6 +144,6 @@ def is_retransmit(out: Outgoing) -> bool:
     return bool(out.data[1] & 0x80)
 
 
-def done(*endpoints: Endpoint, count: int = 1):
+def done(*endpoints: Endpoint, count: int = 1) -> Callable[[], bool]:
     """stop() predicate: every endpoint has at least `count` completions queued."""
     return lambda: all(len(ep.cq) >= count for ep in endpoints)
