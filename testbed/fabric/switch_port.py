@@ -632,10 +632,23 @@ def remove_priority_htb(intf: str, *, netns: str | None = None) -> None:
     _tc_batch(netns, ['qdisc del dev %s root' % intf])
 
 
-def htb_class_stats(intf: str, *, netns: str | None = None) -> dict[str, dict]:
-    """`tc -s -j class show`: class id -> its JSON (bytes, packets, drops, backlog...)."""
-    out = _run(_in_netns(netns, ['tc', '-s', '-j', 'class', 'show', 'dev', intf]))
-    return {entry['handle']: entry for entry in json.loads(out or '[]')}
+_HTB_CLASS = re.compile(r'^class htb (\S+) .*?\n\s*Sent (\d+) bytes (\d+) pkt \(dropped (\d+)'
+                        r'.*?\n\s*backlog \S+ (\d+)p', re.S | re.M)
+
+
+def htb_class_stats(intf: str, *, netns: str | None = None) -> dict[str, dict[str, int]]:
+    """class id -> bytes, packets, dropped, queued (packets), from `tc -s class show`
+    (iproute2 6.1 prints HTB classes as text even with -j)."""
+    out = _run(_in_netns(netns, ['tc', '-s', 'class', 'show', 'dev', intf]))
+    blocks = re.split(r'\n(?=class )', out)
+    stats = {}
+    for block in blocks:
+        match = _HTB_CLASS.search(block)
+        if match:
+            handle, nbytes, packets, dropped, queued = match.groups()
+            stats[handle] = {'bytes': int(nbytes), 'packets': int(packets),
+                             'dropped': int(dropped), 'queued': int(queued)}
+    return stats
 
 
 # --------------------------------------------------------------------------
