@@ -23,9 +23,10 @@
  *     6.18 (tests/integration/test_switch_port.py::test_end_dt6_decap_drops_outer_ce keeps
  *     checking it: outer CE + inner ECT(0) arrives as ECT(0)), and by reading the source:
  *     net/ipv6/seg6_local.c input_action_end_dt6() -> decap_and_validate() pulls the outer
- *     header and never calls an ECN decapsulation (ip6_tunnel.c's ip6ip6 receive path does,
- *     via ip6_tnl_rcv_ctl / IP6_ECN_decapsulate; seg6 does not). RFC 6040 §4.2 would have
- *     the decapsulator do it; this program does it on the decapsulator's behalf.
+ *     header and copies no ECN (net/ipv6/ip6_tunnel.c, the ip6ip6 tunnel device, does:
+ *     ip6ip6_dscp_ecn_decapsulate() sets CE on the inner header; seg6 has no such step).
+ *     RFC 6040 §4.2 gives that job to the decapsulator; this program does it on the
+ *     decapsulator's behalf.
  *
  *  3. Trimming (NDP-style packet trimming, Handley et al., SIGCOMM 2017; MRC: "trimming on
  *     the data class; trimmed headers forwarded at high priority", Sohan et al., "The

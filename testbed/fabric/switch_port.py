@@ -232,6 +232,9 @@ def build(build_dir: Path = BUILD_DIR) -> Path:
         os.replace(tmp, obj)       # atomic: a concurrent build never sees half an object
     finally:
         tmp.unlink(missing_ok=True)
+    for old in build_dir.glob('switch_port-*.o'):   # a loaded program needs no file
+        if old != obj:
+            old.unlink(missing_ok=True)
     return obj
 
 

@@ -137,9 +137,9 @@ def test_wire_constants_come_from_wire_py():
     defines = sp.wire_defines()
     assert int(defines['MRC_FLAG_TRIMMED'], 16) == wire.FLAG_TRIMMED
     assert int(defines['MRC_FLAG_TRIMMED_LASTHOP'], 16) == wire.FLAG_TRIMMED_LASTHOP
-    data = int(defines['MRC_DATA_OPCODES'].rstrip('ULL'), 16)
+    data = int(defines['MRC_DATA_OPCODES'].removesuffix('ULL'), 16)
     assert {op for op in range(64) if data >> op & 1} == set(wire.DATA_OPCODES)
-    control = int(defines['MRC_CONTROL_OPCODES'].rstrip('ULL'), 16)
+    control = int(defines['MRC_CONTROL_OPCODES'].removesuffix('ULL'), 16)
     assert {op for op in range(64) if control >> op & 1} == {
         wire.Opcode.SACK, wire.Opcode.NACK, wire.Opcode.RELIABILITY_PROBE,
         wire.Opcode.EV_PROBE, wire.Opcode.EV_PROBE_REPLY}
@@ -396,6 +396,17 @@ def test_idle_link_banks_no_credit(port):
     assert drained_max < len(frame), 'the runs took too long for this bound'
     backlog = port.counters(PORT)['backlog']
     assert 2 * len(frame) - drained_max <= backlog <= 2 * len(frame)
+
+
+def test_set_rate_rewrites_only_the_rate(port):
+    import json
+    port.set_rate(PORT, 1_234_000)
+    assert port.config(PORT) == replace(CONFIG, rate_bps=1_234_000)
+    dump = json.loads(subprocess.run(
+        [sp.bpftool(), '-j', 'map', 'dump', 'pinned', str(port.map_pin(sp.CONFIG_MAP))],
+        check=True, capture_output=True, text=True).stdout)
+    value = dump[0]['formatted']['value']
+    assert (value['rate_bps'], value['mark_bytes'], value['trim_bytes']) == (1_234_000, MARK, TRIM)
 
 
 def test_counters_of_all_ports(port):
