@@ -19,6 +19,7 @@ import select
 import socket
 import struct
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -328,7 +329,7 @@ def test_clean_removes_what_a_killed_run_left(ends):
     prog_id = prog.prog_id()
     del prog                                       # no unload: as if SIGKILLed
     # clean_pins() cleans the namespace it runs in; run it in A, where the filter is.
-    out = subprocess.run(['nsenter', '--net=/var/run/netns/' + A, sys_executable(), '-c',
+    out = subprocess.run(['nsenter', '--net=/var/run/netns/' + A, sys.executable, '-c',
                           'from testbed.fabric import switch_port as sp; print(sp.clean_pins())'],
                          capture_output=True, text=True, timeout=60,
                          env={**os.environ, 'PYTHONPATH': str(sp.REPO)})
@@ -338,11 +339,6 @@ def test_clean_removes_what_a_killed_run_left(ends):
     assert not _filters(A, DEV_A)
     _assert_freed(prog_id)
     sh('tc', 'qdisc', 'del', 'dev', DEV_A, 'clsact', ns=A)
-
-
-def sys_executable() -> str:
-    import sys
-    return sys.executable
 
 
 def _filters(ns: str, dev: str) -> list:

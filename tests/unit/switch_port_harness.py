@@ -3,7 +3,6 @@ the loaded program on them with BPF_PROG_TEST_RUN (`bpftool prog run`)."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import struct
 import subprocess
@@ -125,8 +124,7 @@ def run_program(prog: sp.SwitchPortProgram, frame: bytes, *, ifindex: int,
                 netns: str | None = None) -> RunResult:
     """BPF_PROG_TEST_RUN of the pinned program on one frame, as if `ifindex` sent it.
     The kernel looks the ifindex up in the caller's namespace, hence nsenter."""
-    with tempfile.TemporaryDirectory(dir='/work/logs' if os.path.isdir('/work/logs')
-                                     else None) as tmp:
+    with tempfile.TemporaryDirectory(prefix='mrc-switch-port-') as tmp:
         d = Path(tmp)
         ctx = bytearray(SKB_CTX_IN_LEN)
         struct.pack_into('=I', ctx, SKB_IFINDEX_OFF, ifindex)

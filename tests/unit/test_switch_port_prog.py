@@ -15,6 +15,7 @@ last_ns a known interval in the past.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -23,10 +24,11 @@ from dataclasses import replace
 import pytest
 
 from testbed.fabric import switch_port as sp
+from testbed.fabric.run_lock import RunLock
 from testbed.nic import wire
 from tests.unit.switch_port_harness import (
     CE, ECT0, ECT1, ETH_HLEN, ETH_P_IP, NOT_ECT, control_packets, data_packet, ecn, ethernet,
-    expected_trim, inner_offset, mrc_frame, mrc_offset, run_program, traffic_class)
+    expected_trim, inner_offset, mrc_frame, run_program, traffic_class)
 
 if os.geteuid() != 0:
     pytest.skip('BPF_PROG_TEST_RUN and pinning need root', allow_module_level=True)
@@ -36,7 +38,7 @@ if sp.clang() is None or not sp.headers_present():
 if sp.bpftool() is None:
     pytest.skip('no working bpftool (scripts/setup.sh installs it)', allow_module_level=True)
 
-TC_ACT_UNSPEC, TC_ACT_OK = -1, 0
+TC_ACT_UNSPEC = -1                       # pass, and let later filters run
 MARK, TRIM = 3000, 9000                  # thresholds, bytes of virtual backlog
 RATE = 10_000_000_000
 NETNS = 'mrcspu%d' % os.getpid()         # mrc* so that `mrc-testbed clean` knows it
@@ -53,7 +55,6 @@ def _ip(*args: str) -> None:
 def machine():
     """The run lock, held while our namespace exists: a test session starting meanwhile
     would otherwise take our namespace and pin dir for a crashed run's and clean them."""
-    from testbed.fabric.run_lock import RunLock
     lock = RunLock()
     lock.acquire()
     try:
@@ -118,7 +119,6 @@ def only_ecn_changed(before: bytes, after: bytes, *offsets: int) -> bool:
 
 def test_program_structs_match_python(port):
     """The Python packing of the maps is the C layout (from the object's BTF)."""
-    import json
     dump = json.loads(subprocess.run(
         [sp.bpftool(), '-j', 'map', 'dump', 'pinned', str(port.map_pin(sp.STATE_MAP))],
         check=True, capture_output=True, text=True).stdout)
@@ -399,7 +399,6 @@ def test_idle_link_banks_no_credit(port):
 
 
 def test_set_rate_rewrites_only_the_rate(port):
-    import json
     port.set_rate(PORT, 1_234_000)
     assert port.config(PORT) == replace(CONFIG, rate_bps=1_234_000)
     dump = json.loads(subprocess.run(
