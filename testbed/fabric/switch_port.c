@@ -28,8 +28,8 @@
  *     RFC 6040 §4.2 gives that job to the decapsulator; this program does it on the
  *     decapsulator's behalf.
  *
- *  3. Trimming (NDP-style packet trimming, Handley et al., SIGCOMM 2017; MRC: "trimming on
- *     the data class; trimmed headers forwarded at high priority", Sohan et al., "The
+ *  3. Trimming (NDP-style packet trimming, Handley et al., SIGCOMM 2017; MRC trims on the
+ *     data class and forwards trimmed headers at high priority, per Sohan et al., "The
  *     Multipath Reliable Connection (MRC) Transport", arXiv:2606.18170 §II-C): an MRC data
  *     packet (inner UDP dport 4791, BTH opcode in the WRITE range, not already trimmed, with
  *     a payload to cut) over the trim threshold is cut to its headers:
