@@ -11,7 +11,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="$repo/.venv"
 apt_packages=(mininet openvswitch-switch iproute2 nftables ethtool tcpdump
-              iputils-ping procps psmisc kmod python3-venv python3-pip)
+              iputils-ping procps psmisc kmod python3-venv python3-pip
+              util-linux clang llvm libbpf-dev linux-libc-dev)
+# clang, llvm, libbpf-dev, linux-libc-dev: the switch-port eBPF program
+# (testbed/fabric/switch_port.c) and its headers; util-linux: nsenter, mount.
 
 say() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -25,10 +28,34 @@ for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
     || missing+=("$pkg")
 done
+updated=
+apt_update() { [ -n "$updated" ] || { apt-get update -q >/dev/null; updated=1; }; }
+
+# bpftool loads, pins and reads the switch-port program. Debian 12 packages it on its
+# own (bpftool); Ubuntu 24.04 puts it in linux-tools-<kernel> under /usr/lib/linux-tools/,
+# and its /usr/sbin/bpftool (linux-tools-common) is a wrapper that only finds the running
+# kernel's copy. switch_port.bpftool() takes any copy that runs, so the generic kernel's
+# tools do on any kernel.
+working_bpftool() {
+  local tool
+  for tool in "$(command -v bpftool)" /usr/lib/linux-tools/*/bpftool; do
+    [ -x "$tool" ] && "$tool" version >/dev/null 2>&1 && return 0
+  done
+  return 1
+}
+if ! working_bpftool; then
+  apt_update
+  if apt-cache show bpftool >/dev/null 2>&1; then
+    missing+=(bpftool)
+  else
+    missing+=(linux-tools-common linux-tools-generic)
+  fi
+fi
+
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >/dev/null
+  apt_update
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
@@ -55,6 +82,12 @@ if ! ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1 \
   /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
   ovs-vsctl --timeout=10 show >/dev/null
 fi
+
+# The switch-port eBPF object, built once per source and wire format (build/bpf/, cached
+# by hash). A machine that cannot build it still runs everything else: doctor says what
+# is missing.
+(cd "$repo" && "$venv/bin/python" -m testbed.fabric.switch_port build >/dev/null) \
+  || say "warning: the switch-port eBPF program did not build (see mrc-testbed doctor)"
 
 cd "$repo"
 case "${1:-}" in

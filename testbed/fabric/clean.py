@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from testbed.fabric import ovs
+from testbed.fabric import ovs, switch_port
 from testbed.fabric.features import ovs_datapath
 
 # Command lines of processes that only the testbed starts.
@@ -90,7 +90,8 @@ def leftovers() -> dict[str, list]:
     """Everything of ours still on the machine (empty lists = spotless)."""
     return {'processes': ['%d %s' % kv for kv in our_processes().items()], 'bridges': ovs.list_bridges(ours_only=True),
             'links': our_links(), 'netns': our_netns(),
-            'nft_tables': our_nft_tables(), 'workdirs': glob.glob(WORKDIR_GLOB)}
+            'nft_tables': our_nft_tables(), 'workdirs': glob.glob(WORKDIR_GLOB),
+            'bpf_pins': switch_port.leftover_pin_dirs()}
 
 
 def _ovs_up() -> bool:
@@ -127,4 +128,7 @@ def clean() -> dict[str, int]:
     for path in workdirs:
         shutil.rmtree(path, ignore_errors=True)
     removed['workdirs'] = len(workdirs)
+    # After the links: the switch-port filters went with them, and the pins are all that
+    # keeps the program alive (clean_pins also takes our filter off anything still here).
+    removed['bpf_pins'] = switch_port.clean_pins()
     return removed

@@ -6,8 +6,11 @@ measured with.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass
 from functools import cache
@@ -78,6 +81,78 @@ def red_ecn_available() -> bool:
         'bandwidth 10mbit probability 0.1')
 
 
+# bpf(2) syscall numbers (asm/unistd.h); elsewhere the probe says it could not tell.
+_NR_BPF = {'x86_64': 321, 'aarch64': 280, 'riscv64': 280, 'ppc64le': 361, 's390x': 351}
+_BPF_MAP_CREATE, _BPF_MAP_TYPE_ARRAY = 0, 2
+SWITCH_PORT_WITHOUT = ('no switch-port signalling: no ECN marks, no trimming and no '
+                       'control class at switch ports, so MRC sees congestion as queueing '
+                       'delay and loss only')
+
+
+@cache
+def bpf_syscall() -> tuple[bool, str]:
+    """Whether bpf(2) works for us: create (and close) a one-entry array map."""
+    number = _NR_BPF.get(platform.machine())
+    if number is None:
+        return False, 'no bpf syscall number known for %s' % platform.machine()
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = ctypes.create_string_buffer(struct.pack('=IIII', _BPF_MAP_TYPE_ARRAY, 4, 4, 1), 64)
+    fd = libc.syscall(number, _BPF_MAP_CREATE, attr, len(attr))
+    if fd < 0:
+        return False, 'bpf(BPF_MAP_CREATE): %s' % os.strerror(ctypes.get_errno())
+    os.close(fd)
+    return True, 'bpf(2) creates maps'
+
+
+@cache
+def tc_clsact_available() -> bool:
+    """A clsact qdisc on a veth in a scratch namespace (no dummy links on some kernels)."""
+    if os.geteuid() != 0 or not shutil.which('ip') or not shutil.which('tc'):
+        return False
+    ns = 'mrcprobe%d' % os.getpid()          # clean.py removes mrc* namespaces
+    script = ('ip link add c0 type veth peer name c1 && tc qdisc add dev c0 clsact')
+    try:
+        if _run(['ip', 'netns', 'add', ns]).returncode:
+            return False
+        return _run(['ip', 'netns', 'exec', ns, 'sh', '-c', script]).returncode == 0
+    finally:
+        _run(['ip', 'netns', 'del', ns])
+
+
+def bpf_jit() -> tuple[bool, str]:
+    try:
+        with open('/proc/sys/net/core/bpf_jit_enable') as f:
+            value = f.read().strip()
+    except OSError:
+        return False, 'no /proc/sys/net/core/bpf_jit_enable: kernel built without the JIT'
+    return value != '0', 'net.core.bpf_jit_enable = %s' % value
+
+
+def _bpf_features() -> list[Feature]:
+    from testbed.fabric import switch_port
+    syscall_ok, syscall_detail = bpf_syscall()
+    jit_ok, jit_detail = bpf_jit()
+    compiler = switch_port.clang()
+    headers = switch_port.headers_present()
+    tool = switch_port.bpftool()
+    return [
+        Feature('eBPF (bpf syscall)', syscall_ok, syscall_detail, SWITCH_PORT_WITHOUT),
+        Feature('tc clsact', tc_clsact_available(), 'clsact qdisc: tc hooks before the '
+                'root qdisc', SWITCH_PORT_WITHOUT + '; gray loss only by nftables '
+                "(gray_failure method='nft')"),
+        Feature('BPF JIT', jit_ok, jit_detail, 'the switch-port program runs in the '
+                'kernel\'s BPF interpreter: same signals, more CPU per packet'),
+        Feature('BPF compiler', bool(compiler and headers),
+                '%s; libbpf and kernel headers %s' % (compiler or 'no clang',
+                                                      'present' if headers else 'missing'),
+                'the switch-port program cannot be built (an object already under '
+                'build/bpf/ still loads); otherwise ' + SWITCH_PORT_WITHOUT),
+        Feature('bpftool', tool is not None, tool or 'not found (or a wrapper that does '
+                'not run)', 'the switch-port program cannot be loaded, configured or '
+                'read: ' + SWITCH_PORT_WITHOUT),
+    ]
+
+
 def _sysctl_exists(path: str) -> bool:
     return os.path.exists('/proc/sys/' + path.replace('.', '/'))
 
@@ -123,6 +198,7 @@ def all_features() -> list[Feature]:
                 'no gray-failure (random loss) injection'),
         Feature('MPTCP', _sysctl_exists('net.mptcp.enabled'),
                 'net.mptcp.enabled', 'the mptcp baseline is skipped'),
+        *_bpf_features(),
     ]
 
 
