@@ -75,12 +75,27 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# No systemd on minimal machines and containers: start OVS ourselves.
-if ! ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1 \
-   || ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
+# No systemd on minimal machines and containers: start OVS ourselves, but
+# only when its daemons are not running. Daemons that are alive but slow to
+# answer (a busy machine) are waited for: starting them again would pull the
+# datapath from under a fabric that is up.
+ovs_alive() {
+  local daemon pid
+  for daemon in ovsdb-server ovs-vswitchd; do
+    pid=$(cat "/var/run/openvswitch/$daemon.pid" 2>/dev/null) || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+  done
+}
+if ! ovs_alive; then
   say "starting Open vSwitch"
-  /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
-  ovs-vsctl --timeout=10 show >/dev/null
+  ovs_log=$(mktemp)
+  if ! /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >"$ovs_log" 2>&1; then
+    say "ovs-ctl start failed:"; cat "$ovs_log" >&2; rm -f "$ovs_log"; exit 1
+  fi
+  rm -f "$ovs_log"
+fi
+if ! ovs-vsctl --timeout=60 show >/dev/null; then
+  say "Open vSwitch does not answer (ovs-vsctl show timed out after 60 s)"; exit 1
 fi
 
 # The switch-port eBPF object, built once per source and wire format (build/bpf/, cached

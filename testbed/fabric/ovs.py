@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import time
 
 from mininet.node import OVSSwitch
@@ -26,6 +27,8 @@ OVS_CTL = '/usr/share/openvswitch/scripts/ovs-ctl'
 LINK_GROUP = 0x6D7263          # "mrc"
 OWNER_KEY = 'mrc-testbed'
 VSWITCHD_PIDFILE = '/var/run/openvswitch/ovs-vswitchd.pid'
+OVSDB_PIDFILE = '/var/run/openvswitch/ovsdb-server.pid'
+ANSWER_WAIT_S = 60.0
 
 
 class FabricSwitch(OVSSwitch):
@@ -40,33 +43,57 @@ def _vsctl(*args: str, timeout: int = 30) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
+def alive() -> bool:
+    """Both daemons' processes exist (their pidfiles name live pids)."""
+    for pidfile in (OVSDB_PIDFILE, VSWITCHD_PIDFILE):
+        try:
+            os.kill(int(open(pidfile).read().strip()), 0)
+        except (OSError, ValueError):
+            return False
+    return True
+
+
 def running() -> bool:
-    """Both daemons: ovs-vsctl alone answers with only ovsdb-server up,
-    and then waits forever for ovs-vswitchd to apply a change."""
+    """Both daemons, and answering: ovs-vsctl alone answers with only
+    ovsdb-server up, and then waits forever for ovs-vswitchd to apply a
+    change."""
     vswitchd = subprocess.run(['ovs-appctl', '-t', 'ovs-vswitchd', 'version'],
                               capture_output=True, timeout=10)
     return vswitchd.returncode == 0 and \
-        _vsctl('show', timeout=3).returncode == 0
+        _vsctl('show', timeout=10).returncode == 0
 
 
 def ensure_running() -> None:
     """Start ovsdb-server and ovs-vswitchd when they are not (no systemd
-    here, so the distribution's ovs-ctl script does it)."""
-    if running():
+    here, so the distribution's ovs-ctl script does it). Daemons that are
+    alive but slow to answer (a busy machine) are waited for, never
+    started again: that would pull the datapath from under a running
+    fabric."""
+    if alive():
+        _wait_answering('ovs-vswitchd is running but does not answer')
         return
     _start(['start', '--system-id=random'])
 
 
 def _start(ctl_args: list[str]) -> None:
-    # DEVNULL, not pipes: the daemons inherit them and would keep them open.
-    subprocess.run([OVS_CTL, *ctl_args], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
-    for _ in range(100):
+    # A file, not pipes: the daemons inherit the descriptors and would keep
+    # a pipe open, so reading it to its end would never return.
+    with tempfile.TemporaryFile('w+') as log:
+        subprocess.run([OVS_CTL, *ctl_args], stdout=log, stderr=log,
+                       check=False)
+        log.seek(0)
+        said = log.read().strip()[-500:]
+    _wait_answering('Open vSwitch did not start (%s %s: %s)' % (
+        OVS_CTL, ' '.join(ctl_args), said))
+
+
+def _wait_answering(failure: str) -> None:
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while time.monotonic() < deadline:
         if running():
             return
         time.sleep(0.1)
-    raise RuntimeError('Open vSwitch did not start (%s %s)'
-                       % (OVS_CTL, ' '.join(ctl_args)))
+    raise RuntimeError(failure)
 
 
 def list_bridges(ours_only: bool = False) -> list[str]:
