@@ -43,7 +43,7 @@ def cc_profile(name: str) -> CcProfile:
 
 def run_once(size: int, data: bytes, cc: str = "none") -> dict[str, float]:
     """One WRITE of `size` bytes from A to B; rates per second of wall time."""
-    pair = make_pair(mr_size=size, ev_profile=EvTableConfig(active_count=128, backup_per_plane=8),
+    pair = make_pair(mr_size=size, ev_table=EvTableConfig(active_count=128, backup_per_plane=8),
                      cc_profile=cc_profile(cc))
     pair.qa.post_write(data, 0, RKEY)
     loop = Loopback([pair.a, pair.b])

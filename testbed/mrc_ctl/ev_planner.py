@@ -57,7 +57,7 @@ import errno
 import ipaddress
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -197,6 +197,8 @@ class PairEvs:
     ev_profile: EvProfile
     paths_by_plane: dict[int, list[str]]
     paths: Mapping[str, Path]  # every path of the pair (not only the selected), by carrier
+    # What the NIC reported (its EV events, mrc-reference §4.6): the QP's EV id -> state.
+    nic_states: dict[int, EvState] = field(default_factory=dict)
 
     @property
     def per_plane(self) -> int:
@@ -253,10 +255,38 @@ class PairEvs:
         assert state is not None
         return state
 
-    def table_config(self, **overrides: Any) -> EvTableConfig:
-        """An EvTable configuration whose active set and floor match the profile."""
-        settings = dict(active_count=self.ev_count, ev_min_active=self.min_active)
-        return EvTableConfig(**{**settings, **overrides})
+    def table_config(self, base: EvTableConfig | None = None,
+                     active_count: int | None = None) -> EvTableConfig:
+        """The QP's EV table for this profile: the profile's array is its EV set
+        (`EvTableConfig.explicit`), `active_count` of them active (default all), the
+        floor the profile's min_active; everything else from `base`."""
+        return replace(base or EvTableConfig(),
+                       active_count=active_count or self.ev_count,
+                       ev_min_active=self.min_active, explicit=True)
+
+    def ev_array_by_plane(self) -> dict[int, list[str]]:
+        """The profile's EV array expanded, per plane in array order: the carrier each
+        entry names. This, not the plan, is what a QP's EV table is built from."""
+        out: dict[int, list[str]] = {}
+        for entry in self.ev_profile.ev_array:
+            path = self.path_for(entry)
+            out.setdefault(path.plane, []).append(path.carrier)
+        return out
+
+    def on_nic_event(self, ev_id: int, carrier: str, new: EvState) -> dict[str, Any]:
+        """An EV event from the QP: kept as the NIC's view, and what the log adds to it
+        (the profile and the compact EV its path has in it)."""
+        self.nic_states[ev_id] = new
+        entry = self.ev_for(carrier)
+        return {'profile_id': self.ev_profile.profile_id, 'ev': '%#x' % entry.bits(
+            self.compact_width)}
+
+    def describe(self) -> dict[str, Any]:
+        """The profile as an event log records it."""
+        return {'profile_id': self.ev_profile.profile_id, 'mode': 'EXP',
+                'ev_count': self.ev_count, 'per_plane': self.per_plane,
+                'min_active': self.min_active, 'compact_bits': self.compact_width,
+                'event_mask': sorted(str(s) for s in self.ev_profile.event_mask or ())}
 
     def _path(self, path: Path | str) -> Path:
         address = path.carrier if isinstance(path, Path) else str(path)

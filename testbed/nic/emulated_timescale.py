@@ -111,7 +111,7 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
             skip_queueing_target_s=SKIP_QUEUEING_TARGET_S * stretch,
             packet_timeout_s=packet_timeout,
             probe_timeout_s=PROBE_TIMEOUT_S * stretch),
-        ev_profile=EvTableConfig(active_count=ACTIVE_EVS,
+        ev_table=EvTableConfig(active_count=ACTIVE_EVS,
                                  probe_interval_s=PROBE_INTERVAL_S * stretch),
         mpr=MPR_UNITS, mpr_dest=MPR_UNITS, timeout_s=packet_timeout,
         retry=RETRY)

@@ -74,15 +74,16 @@ class Endpoint:
         self._cc_profiles[profile_id] = profile
 
     def _resolve_profile(self, kind: str, value: Any) -> Any:
-        """INIT takes profile objects, or ids the controller registered on this endpoint."""
-        wanted, registry = ((EvTableConfig, self._ev_profiles) if kind == "ev"
-                            else (CcProfile, self._cc_profiles))
+        """INIT takes its EV-table and CC configurations as objects, or by the id of an
+        EV / CC profile the control plane registered on this endpoint."""
+        wanted, registry, field = ((EvTableConfig, self._ev_profiles, "ev_table") if kind == "ev"
+                                   else (CcProfile, self._cc_profiles, "cc_profile"))
         if isinstance(value, wanted):
             return value
         if isinstance(value, int) and value in registry:
             return registry[value]
-        raise QpError(f"{kind}_profile {value!r} is neither a {wanted.__name__} nor a "
-                      "registered profile id", field=f"{kind}_profile")
+        raise QpError(f"{field} {value!r} is neither a {wanted.__name__} nor a "
+                      "registered profile id", field=field)
 
     def create_qp(self, transport: Transport = "mrc", *, config: TransportConfig | None = None,
                   send_cq: CompletionQueue | None = None,

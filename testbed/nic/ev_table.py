@@ -167,6 +167,10 @@ class EvTableConfig:
         paths than needed, paths repeat (each with its own ev_id), spread as evenly as possible.
       ev_id_base: ev_ids are ev_id_base, ev_id_base+1, ... (active EVs plane by plane, then the
         backups), so they form one contiguous 32-bit range (cf. EV_EXPLICIT_RANGE).
+      explicit: the paths given per plane are an explicit EV array (what an EXP EV profile
+        holds, `testbed.mrc_ctl.ev_planner`): every entry is one EV, the first `share` of each
+        plane active and the rest its backups, in order; nothing is drawn or de-duplicated and
+        backup_per_plane is not used.
 
     ev_min_active floor (reference §13 Q6)
       ev_min_active: the NIC never demotes an EV when that would leave fewer than this many
@@ -230,6 +234,7 @@ class EvTableConfig:
 
     active_count: int = 128
     backup_per_plane: int = 4
+    explicit: bool = False
     ev_min_active: int = 1
     skip_rotations: int = 1
     probe_interval_s: float = 1e-3
@@ -328,6 +333,10 @@ class EvTable:
         active_paths: dict[int, list[Path]] = {}
         backup_paths: dict[int, list[Path]] = {}
         for plane in self._planes:
+            if self.config.explicit:
+                active_paths[plane], backup_paths[plane] = self._explicit_paths(
+                    plane, paths_by_plane[plane])
+                continue
             distinct = list(dict.fromkeys(paths_by_plane[plane]))
             active_paths[plane], backup_paths[plane] = self._draw_paths(distinct)
         total = sum(len(v) for v in active_paths.values()) + sum(len(v) for v in backup_paths.values())
@@ -339,6 +348,15 @@ class EvTable:
         for plane in self._planes:
             self._backup[plane] = [self._new_ev(plane, path, in_active=False)
                                    for path in backup_paths[plane]]
+
+    def _explicit_paths(self, plane: int,
+                        array: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+        """An explicit EV array's plane, as it is: the first `share` EVs active, the rest
+        its backups, in order (the profile that made the array chose them)."""
+        if len(array) < self._share:
+            raise ValueError(f"plane {plane} has {len(array)} EVs in its explicit array, "
+                             f"fewer than its active share {self._share}")
+        return list(array[:self._share]), list(array[self._share:])
 
     def _draw_paths(self, distinct: list[Path]) -> tuple[list[Path], list[Path]]:
         """A random active subset of one plane's paths, then backups from the rest."""

@@ -104,7 +104,7 @@ class QueuePair:
         elif target is QpState.ERROR:
             self.fail(WcStatus.WR_FLUSH_ERR, "moved to ERROR by the application")
         elif target is QpState.INIT:
-            self.init = init_attrs(attrs, self._resolve_profile("ev", attrs["ev_profile"]),
+            self.init = init_attrs(attrs, self._resolve_profile("ev", attrs["ev_table"]),
                                    self._resolve_profile("cc", attrs["cc_profile"]))
         elif target is QpState.RTR:
             self.rtr = rtr_attrs(attrs)
@@ -185,7 +185,7 @@ class QueuePair:
     def _build_requester(self) -> None:
         self.cc = make_cc(self.init.cc_profile)
         if self.transport == "mrc":
-            self.ev_table = EvTable(self.rtr.paths_by_plane, self.init.ev_profile,
+            self.ev_table = EvTable(self.rtr.paths_by_plane, self.init.ev_table,
                                     random.Random(self._seed))
         self.requester = Requester(
             qpn=self.qpn, rtr=self.rtr, rts=self.rts, config=self.config, cc=self.cc,

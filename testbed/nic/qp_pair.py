@@ -28,7 +28,7 @@ RKEY = 0x77
 SMALL_EV_PROFILE = EvTableConfig(active_count=16, backup_per_plane=4, ev_min_active=1,
                                  probe_interval_s=1e-3)
 # What every pair gets unless a test says otherwise: the small EV table, a 5 ms ACK timeout.
-PAIR_PROFILE = QpProfile(ev_profile=SMALL_EV_PROFILE, timeout_s=5e-3)
+PAIR_PROFILE = QpProfile(ev_table=SMALL_EV_PROFILE, timeout_s=5e-3)
 
 
 @dataclass

@@ -36,7 +36,7 @@ class QpProfile:
     """
 
     transport_config: TransportConfig = field(default_factory=TransportConfig)
-    ev_profile: EvTableConfig = field(default_factory=EvTableConfig)
+    ev_table: EvTableConfig = field(default_factory=EvTableConfig)
     cc_profile: CcProfile = field(default_factory=CcProfile)
     max_wimm_dest: int = 64
     mpr_dest: int = 8
@@ -57,7 +57,7 @@ class QpProfile:
             object.__setattr__(self, "pinned_path", tuple(self.pinned_path))
 
     def _problems(self) -> Iterator[str]:
-        for name, kind in (("transport_config", TransportConfig), ("ev_profile", EvTableConfig),
+        for name, kind in (("transport_config", TransportConfig), ("ev_table", EvTableConfig),
                            ("cc_profile", CcProfile), ("retry", RetryConfig)):
             if not isinstance(getattr(self, name), kind):
                 yield f"{name} must be a {kind.__name__}, got {getattr(self, name)!r}"
@@ -83,7 +83,7 @@ class QpProfile:
     # -- the attributes of each transition ----------------------------------------------
 
     def init_attrs(self) -> dict[str, Any]:
-        return {"ev_profile": self.ev_profile, "cc_profile": self.cc_profile}
+        return {"ev_table": self.ev_table, "cc_profile": self.cc_profile}
 
     def rtr_attrs(self) -> dict[str, Any]:
         """RTR's own attributes; the peer's address, QP and PSN come from its local_info()."""
@@ -102,7 +102,7 @@ class QpProfile:
     def to_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["transport_config"] = asdict(self.transport_config)
-        data["ev_profile"] = _ev_profile_to_json(self.ev_profile)
+        data["ev_table"] = _ev_table_to_json(self.ev_table)
         data["cc_profile"] = self.cc_profile.to_json()
         data["retry"] = asdict(self.retry)
         data["pinned_path"] = None if self.pinned_path is None else list(self.pinned_path)
@@ -116,7 +116,7 @@ class QpProfile:
             raise ValueError(f"QpProfile: unknown field(s) {', '.join(unknown)}")
         values = dict(data)
         readers = {"transport_config": lambda d: TransportConfig(**d),
-                   "ev_profile": _ev_profile_from_json, "cc_profile": CcProfile.from_json,
+                   "ev_table": _ev_table_from_json, "cc_profile": CcProfile.from_json,
                    "retry": lambda d: RetryConfig(**d)}
         for name, read in readers.items():
             if name in values:
@@ -129,13 +129,13 @@ def _is_int_in(value: Any, low: int, high: int | None) -> bool:
             and (high is None or value <= high))
 
 
-def _ev_profile_to_json(profile: EvTableConfig) -> dict[str, Any]:
+def _ev_table_to_json(profile: EvTableConfig) -> dict[str, Any]:
     data = asdict(profile)
     data["event_mask"] = sorted(state.value for state in profile.event_mask)
     return data
 
 
-def _ev_profile_from_json(data: dict[str, Any]) -> EvTableConfig:
+def _ev_table_from_json(data: dict[str, Any]) -> EvTableConfig:
     values = dict(data)
     if "event_mask" in values:
         values["event_mask"] = frozenset(EvState(state) for state in values["event_mask"])

@@ -101,7 +101,7 @@ class QpHint:
 
 @dataclass(frozen=True, slots=True)
 class InitAttrs:
-    ev_profile: EvTableConfig
+    ev_table: EvTableConfig
     cc_profile: CcProfile
     hint: QpHint
 
@@ -130,7 +130,7 @@ class RtsAttrs:
 
 
 REQUIRED: dict[QpState, tuple[str, ...]] = {
-    QpState.INIT: ("ev_profile", "cc_profile"),
+    QpState.INIT: ("ev_table", "cc_profile"),
     QpState.RTR: ("max_wimm_dest", "mpr_dest", "dest_addr", "dest_qp", "rq_psn", "paths_by_plane"),
     QpState.RTS: ("max_wimm", "mpr", "retry", "timeout"),
 }
@@ -166,13 +166,13 @@ def _refuse_unsupported(attrs: Mapping[str, Any]) -> None:
         raise QpError(f"attribute(s) {', '.join(bad)} not supported by MRC QPs", field=bad[0])
 
 
-def init_attrs(attrs: Mapping[str, Any], ev_profile: EvTableConfig,
+def init_attrs(attrs: Mapping[str, Any], ev_table: EvTableConfig,
                cc_profile: CcProfile) -> InitAttrs:
     """INIT attributes once the caller has resolved profile ids to objects."""
     hint = attrs.get("hint") or QpHint()
     if not isinstance(hint, QpHint):
         raise QpError(f"hint must be a QpHint, got {hint!r}", field="hint")
-    return InitAttrs(ev_profile, cc_profile, hint)
+    return InitAttrs(ev_table, cc_profile, hint)
 
 
 def rtr_attrs(attrs: Mapping[str, Any]) -> RtrAttrs:

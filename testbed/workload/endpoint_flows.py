@@ -6,15 +6,23 @@ Like a collective library, each (src, dst) pair keeps one connected QP for
 the whole run and posts every flow between them as a WRITE on it: what a QP
 learned about its paths (dead EVs, an RC path's fate) carries over from one
 step to the next, as it does in a real job.
+
+The QPs' EVs come from the control plane, as in the OCP model: the EV
+planner (`testbed.mrc_ctl.ev_planner`) computes an explicit EV profile per
+pair from the fabric's plan, and each QP's EV table is that profile's array,
+expanded. The profiles, and every EV event the NICs report back through the
+planner, go to the event log.
 """
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
+from testbed.mrc_ctl.ev_planner import EvPlanner, PairEvs
 from testbed.nic.emulated_timescale import fabric_qp_profile
 from testbed.nic.endpoint import Endpoint, connect
 from testbed.nic.memory import MemoryRegion
@@ -30,6 +38,7 @@ class Connection:
     requester: QueuePair
     responder: QueuePair
     region: MemoryRegion
+    evs: PairEvs                  # the requester's EV profile
 
 
 @dataclass
@@ -60,8 +69,10 @@ class EndpointFlows:
         self.connections: dict[tuple[str, str], Connection] = {}
         self.flows: dict[int, EndpointFlow] = {}
         self.seed = seed
+        self.planner = EvPlanner(plan, seed=seed)
         self.plane_bytes: Counter[int] = Counter()
         self.path_bytes: Counter[str] = Counter()
+        self._profile_events: list[dict] = []
 
     def _endpoint(self, host: str) -> Endpoint:
         if host not in self.endpoints:
@@ -76,9 +87,18 @@ class EndpointFlows:
             self.plane_bytes[pkt.plane] += len(pkt.data)
             self.path_bytes[pkt.path] += len(pkt.data)
 
-    def _paths(self, src: str, dst: str) -> dict[int, list[str]]:
-        return {p: [x.carrier for x in self.fab.plan.paths(src, dst, p)]
-                for p in self.fab.plan.planes}
+    def _profile(self, src: str, dst: str) -> PairEvs:
+        """The pair's explicit EV profile: per plane, the QP's active share
+        and its backups (what the emulator's timescale allows: see
+        emulated_timescale.ACTIVE_EVS)."""
+        table = self.profile.ev_table
+        share = table.active_count // len(self.fab.plan.planes)
+        pair = self.planner.explicit_evs(
+            src, dst, per_plane=share + table.backup_per_plane)
+        self._profile_events.append({
+            'time': time.monotonic(), 'event': 'ev_profile', 'src': src,
+            'dst': dst, **pair.describe()})
+        return pair
 
     def prepare(self, flows: list[tuple[str, str, int]]) -> None:
         """Connect every (src, dst) pair before the clock starts, with a
@@ -88,11 +108,14 @@ class EndpointFlows:
             largest[(src, dst)] = max(size, largest.get((src, dst), 0))
         for (src, dst), size in largest.items():
             a, b = self._endpoint(src), self._endpoint(dst)
-            qa, qb = connect(a, b, self._paths(src, dst),
-                             self._paths(dst, src), self.transport,
-                             self.profile)
+            forward, reverse = self._profile(src, dst), self._profile(dst, src)
+            table = forward.table_config(self.profile.ev_table,
+                                         self.profile.ev_table.active_count)
+            qa, qb = connect(a, b, forward.ev_array_by_plane(),
+                             reverse.ev_array_by_plane(), self.transport,
+                             replace(self.profile, ev_table=table))
             self.connections[(src, dst)] = Connection(
-                qa, qb, b.register_mr(bytearray(size)))
+                qa, qb, b.register_mr(bytearray(size)), forward)
 
     def start(self, flow_id: int, src: str, dst: str, size: int) -> dict:
         """Returns what the flow runs on (for the event log)."""
@@ -150,15 +173,32 @@ class EndpointFlows:
                    for c in self.connections.values())
 
     def ev_events(self) -> list[dict]:
-        out = []
+        """The EV profiles made at `prepare`, then every EV event the QPs
+        reported since the last call, as the planner hears them."""
+        out, self._profile_events = self._profile_events, []
         for (src, dst), conn in self.connections.items():
             table = conn.requester.ev_table
             for e in table.poll_events() if table else ():
                 out.append({'time': e.time, 'event': 'ev_state', 'src': src,
                             'dst': dst, 'ev_id': e.ev_id, 'plane': e.plane,
                             'path': str(e.path), 'old': str(e.old_state),
-                            'new': str(e.new_state), 'reason': str(e.reason)})
+                            'new': str(e.new_state), 'reason': str(e.reason),
+                            **conn.evs.on_nic_event(e.ev_id, str(e.path),
+                                                    e.new_state)})
         return out
+
+    def deny(self, src: str, dst: str, carrier: str, denied: bool = True) -> int:
+        """The control plane denies (or allows again) a path of a pair: the
+        profile's EV and, in the QP, every EV on that path. Returns how many
+        of the QP's EVs changed."""
+        conn = self.connections[(src, dst)]
+        if denied:
+            self.planner.deny(src, dst, carrier)
+        else:
+            self.planner.allow(src, dst, carrier)
+        table = conn.requester.ev_table
+        return sum(table.set_denied(ev.ev_id, denied) for ev in table.evs()
+                   if ev.path == carrier) if table else 0
 
     def close(self) -> None:
         self.runtime.close()

@@ -181,7 +181,7 @@ def test_ev_ids_beyond_16_bits_survive_the_round_trip(fat_tree):
     data packets arrive with their own EV ids and the SACKs reflect them."""
     base = 0xABCD0000
     emulated = emulated_qp_profile()
-    profile = replace(emulated, ev_profile=replace(emulated.ev_profile,
+    profile = replace(emulated, ev_table=replace(emulated.ev_table,
                                                    ev_id_base=base))
     pair = Pair(fat_tree, size=1 << 20, profile=profile)
     received = set()            # the EV ids B's endpoint was handed

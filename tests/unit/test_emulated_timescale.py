@@ -41,7 +41,7 @@ def test_without_a_rate_the_base_rtt_is_the_emulator_floor():
 def timers(profile):
     c = profile.transport_config
     return (c.packet_timeout_s, c.probe_timeout_s, c.skip_queueing_target_s,
-            profile.ev_profile.probe_interval_s, profile.timeout_s)
+            profile.ev_table.probe_interval_s, profile.timeout_s)
 
 
 def test_timers_stretch_with_a_slower_fabric_and_only_then():
@@ -65,7 +65,7 @@ def test_the_emulated_profile_is_the_defaults_with_the_emulator_s_values():
     profile = emulated_qp_profile(20e6, base_rtt_s(10e6, 6))
     same_elsewhere = replace(profile, cc_profile=QpProfile().cc_profile,
                              transport_config=QpProfile().transport_config,
-                             ev_profile=QpProfile().ev_profile, mpr=8, mpr_dest=8,
+                             ev_table=QpProfile().ev_table, mpr=8, mpr_dest=8,
                              timeout_s=None, retry=QpProfile().retry)
     assert same_elsewhere == QpProfile()
     assert (profile.mpr, profile.mpr_dest, profile.retry) == (MPR_UNITS, MPR_UNITS, RETRY)

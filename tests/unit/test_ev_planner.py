@@ -163,6 +163,7 @@ def test_each_pair_has_its_own_profile_and_shares_the_format(built) -> None:
 def test_paths_by_plane_feeds_an_ev_table(fattree: EvPlanner) -> None:
     pair = fattree.explicit_evs('h1', 'h16')
     table = EvTable(pair.paths_by_plane, pair.table_config(), random.Random(1))
+    assert pair.ev_array_by_plane() == pair.paths_by_plane     # the profile's own order
     assert table.active_by_plane() == {1: 64, 2: 64}
 
 

@@ -23,7 +23,7 @@ def test_a_pair_is_connected_with_the_pair_profile_and_writes_through_the_loopba
     pair = make_pair(psn_a=5)
     assert pair.qa.state is pair.qb.state is QpState.RTS
     assert pair.qa.rts.timeout_s == PAIR_PROFILE.timeout_s and pair.qa.rts.sq_psn == 5
-    assert pair.qa.init.ev_profile is PAIR_PROFILE.ev_profile
+    assert pair.qa.init.ev_table is PAIR_PROFILE.ev_table
     data = payload(10_000, seed=3)
     pair.qa.post_write(data, 0, RKEY)
     loop = Loopback([pair.a, pair.b])

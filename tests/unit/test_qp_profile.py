@@ -25,7 +25,7 @@ def through_json(profile: QpProfile) -> QpProfile:
 def test_the_defaults() -> None:
     profile = QpProfile()
     assert profile.transport_config == TransportConfig()
-    assert profile.ev_profile == EvTableConfig() and profile.cc_profile == CcProfile()
+    assert profile.ev_table == EvTableConfig() and profile.cc_profile == CcProfile()
     limits = (profile.max_wimm_dest, profile.mpr_dest, profile.max_wimm, profile.mpr)
     assert limits == (64, 8, 64, 8)
     assert profile.retry == RetryConfig(linear_cnt=7, exp_cnt=7) and profile.timeout == 14
@@ -39,7 +39,7 @@ def test_the_defaults() -> None:
     emulated_qp_profile(20e6, base_rtt_s(10e6, 6)),                   # NSCC with its config
     QpProfile(pinned_path=(2, "carrier"), sq_psn=0xFFFFFF, dynamic_mpr=True,
               dynamic_mpr_dest=True, timeout_s=0.25,
-              ev_profile=EvTableConfig(event_mask=frozenset({EvState.GOOD}), ev_id_base=1 << 20,
+              ev_table=EvTableConfig(event_mask=frozenset({EvState.GOOD}), ev_id_base=1 << 20,
                                        first_probe_delay_s=0.5, backup_promotion="random")),
 ], ids=["defaults", "emulated", "emulated-nscc", "everything-set"])
 def test_json_round_trip(profile: QpProfile) -> None:

@@ -154,7 +154,7 @@ def test_reliability_probes_consume_no_psn_and_each_gets_a_sack() -> None:
     """Q11: 100 probes of an ASSUMED_BAD EV; PSN space untouched; one SACK per probe."""
     profile = EvTableConfig(active_count=16, backup_per_plane=4, probe_interval_s=1e-3,
                             probes_to_resurrect=1000)
-    pair = make_pair(ev_profile=profile)
+    pair = make_pair(ev_table=profile)
     table = pair.qa.ev_table
     victim = table.active_evs()[0].ev_id
     assert table.on_loss(victim, now=0.0)

@@ -17,7 +17,7 @@ from testbed.nic.qp_state import QpError, QpState, RetryConfig, timeout_seconds
 from testbed.nic.qp_pair import RKEY, make_pair
 
 PATHS = make_paths("A", "B", 2, 2)
-INIT = {"ev_profile": EvTableConfig(active_count=4, backup_per_plane=1), "cc_profile": CcProfile()}
+INIT = {"ev_table": EvTableConfig(active_count=4, backup_per_plane=1), "cc_profile": CcProfile()}
 RTR = {"max_wimm_dest": 4, "mpr_dest": 2, "dest_addr": "B", "dest_qp": 0x100, "rq_psn": 5,
        "paths_by_plane": PATHS}
 RTS = {"max_wimm": 4, "mpr": 2, "retry": RetryConfig(3, 2), "timeout": 10}
@@ -63,7 +63,7 @@ def test_post_before_rts_is_refused(state: QpState) -> None:
 
 
 @pytest.mark.parametrize("target, attrs, missing", [
-    (QpState.INIT, INIT, "ev_profile"),
+    (QpState.INIT, INIT, "ev_table"),
     (QpState.INIT, INIT, "cc_profile"),
     (QpState.RTR, RTR, "max_wimm_dest"),
     (QpState.RTR, RTR, "mpr_dest"),
@@ -152,15 +152,15 @@ def test_error_and_reset_from_any_state(state: QpState) -> None:
 
 def test_profiles_by_registered_id() -> None:
     ep = Endpoint("A")
-    ep.register_ev_profile(0x1234, INIT["ev_profile"])
+    ep.register_ev_profile(0x1234, INIT["ev_table"])
     ep.register_cc_profile(0x99, CcProfile("none"))
     qp = ep.create_qp()
-    qp.modify(QpState.INIT, ev_profile=0x1234, cc_profile=0x99)
-    assert qp.init.ev_profile is INIT["ev_profile"]
+    qp.modify(QpState.INIT, ev_table=0x1234, cc_profile=0x99)
+    assert qp.init.ev_table is INIT["ev_table"]
     other = ep.create_qp()
     with pytest.raises(QpError) as excinfo:
-        other.modify(QpState.INIT, ev_profile=0x4321, cc_profile=0x99)
-    refused(excinfo, "ev_profile")
+        other.modify(QpState.INIT, ev_table=0x4321, cc_profile=0x99)
+    refused(excinfo, "ev_table")
 
 
 @pytest.mark.parametrize("opcode", [WrOpcode.SEND, WrOpcode.SEND_WITH_IMM, WrOpcode.RDMA_READ,

@@ -18,7 +18,7 @@ SIZE = 8 << 20
 
 
 def test_core_throughput(record_property) -> None:
-    pair = make_pair(mr_size=SIZE, ev_profile=EvTableConfig(active_count=128, backup_per_plane=8))
+    pair = make_pair(mr_size=SIZE, ev_table=EvTableConfig(active_count=128, backup_per_plane=8))
     data = payload(SIZE)
     pair.qa.post_write(data, 0, RKEY)
     loop = Loopback([pair.a, pair.b])
