@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from bench.sections import SECTIONS
-from testbed.fabric.clean import leftovers
+from tests.integration.leaks import leaked
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,4 +38,4 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     assert failover['base_rtt_s'] > 0 and failover['trials']
     assert {t['transport'] for t in failover['trials']} == {'mrc', 'rc', 'tcp'}
     assert '[' in done.stdout and 'done in' in done.stdout   # progress shown
-    assert not any(leftovers().values())
+    assert leaked() == {}

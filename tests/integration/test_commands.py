@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from testbed.fabric.clean import leftovers
+from tests.integration.leaks import leaked
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, '-m', 'testbed.cli']
@@ -19,7 +20,7 @@ def run(*args, timeout=300):
 
 
 def spotless():
-    return {k: v for k, v in leftovers().items() if v} == {}
+    return leaked() == {}
 
 
 def test_verify_json_and_exit_status():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed.fabric import features, ovs
-from testbed.fabric.clean import leftovers
+from tests.integration.leaks import leaked
 from testbed.fabric.link_options import FeatureMissing, LinkFeatures
 from testbed.fabric.net import FabricError, FabricNet
 from testbed.fabric.run_lock import RunLock
@@ -31,7 +31,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def spotless() -> bool:
-    return not any(leftovers().values())
+    return leaked() == {}
 
 
 @pytest.fixture(scope='module')

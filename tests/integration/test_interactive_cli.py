@@ -10,11 +10,10 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from testbed.fabric.clean import leftovers
-from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
 from testbed.nic.emulated_timescale import ACTIVE_EVS
+from tests.integration.leaks import leaked
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = 'fattree,k=4,planes=2'
@@ -116,15 +115,7 @@ def one_error_line(text: str, command: str) -> bool:
     return len(lines) == 1 and lines[0].startswith('*** %s' % command)
 
 
-def spotless() -> dict:
-    """Leftovers, judged while holding the run lock: no fabric of anyone's
-    is up then, so whatever is there was leaked."""
-    lock = RunLock()
-    lock.acquire()
-    try:
-        return {k: v for k, v in leftovers().items() if v}
-    finally:
-        lock.release()
+spotless = leaked
 
 
 def carrier(plan: FabricPlan, src: str, dst: str, core: str) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from testbed.fabric import ovs
 from testbed.fabric.clean import leftovers
+from tests.integration.leaks import leaked
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,8 +67,7 @@ def test_signal_mid_scenario_leaves_nothing(sig, code, times, tmp_path):
     assert proc.returncode == code, err[-2000:]
     # It was stopped in the middle: the run never got to its summary.
     assert not list(tmp_path.rglob('summary.json')), err[-2000:]
-    left = {k: v for k, v in leftovers().items() if v}
-    assert left == {}
+    assert leaked() == {}
 
 
 def test_sigkill_mid_scenario_then_clean_restores_a_spotless_machine(tmp_path):
@@ -88,7 +88,7 @@ def test_sigkill_mid_scenario_then_clean_restores_a_spotless_machine(tmp_path):
     clean = subprocess.run([sys.executable, '-m', 'testbed.cli', 'clean'],
                            capture_output=True, text=True, cwd=REPO)
     assert clean.returncode == 0, clean.stderr
-    assert {k: v for k, v in leftovers().items() if v} == {}
+    assert leaked() == {}
 
 
 def test_clean_removes_our_bridges_when_ovs_vswitchd_was_left_stopped():
@@ -106,7 +106,7 @@ def test_clean_removes_our_bridges_when_ovs_vswitchd_was_left_stopped():
                                timeout=120)
         assert clean.returncode == 0, clean.stderr
         assert ovs.running()
-        assert {k: v for k, v in leftovers().items() if v} == {}
+        assert leaked() == {}
     finally:
         ovs.ensure_running()
         subprocess.run(['ovs-vsctl', '--timeout=10', '--if-exists', 'del-br',
