@@ -10,7 +10,7 @@ from scapy.utils import rdpcap
 
 from testbed.nic import scapy_mrc
 from testbed.nic.wire import DataPacket, decode
-from tests.integration.test_mrc_transfer import DST, SRC, Pair
+from tests.integration.test_mrc_transfer import DST, Pair
 
 
 def test_captured_packets_dissect_and_match_what_was_sent(fabric_factory,

@@ -82,7 +82,7 @@ def test_connect_brings_both_sides_up_with_the_profile() -> None:
 
 def test_a_pinned_rc_qp_takes_its_path_from_the_profile() -> None:
     a, b = Endpoint("A"), Endpoint("B")
-    paths_ab, paths_ba = make_paths("A", "B", 2, 4), make_paths("B", "A", 2, 4)
+    paths_ab = make_paths("A", "B", 2, 4)
     qa = a.create_qp("rc")
     qb = b.create_qp("rc")
     bring_up(qa, qb.local_info(), paths_ab, replace(QpProfile(), pinned_path=(2, paths_ab[2][1])))
