@@ -181,9 +181,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return code
     from testbed.fabric.link_options import (FeatureMissing, LinkOptionError,
                                              resolve)
+    from testbed.fabric import signals
     from testbed.workload.runner import fabric_spec
+    spec = fabric_spec(scenario.topology, scenario.link_rate_mbit)
     try:   # what this kernel cannot emulate is refused before anything runs
-        resolve(fabric_spec(scenario.topology, scenario.link_rate_mbit).kwargs())
+        resolve(spec.kwargs())
+        signals.resolve(spec.kwargs(), scenario.plan().longest_path_links)
     except (FeatureMissing, LinkOptionError) as err:
         return _usage_error('%s: %s' % (args.scenario, err))
     from testbed.workload.report import table

@@ -37,7 +37,10 @@ class MultiPlaneFatTree(Topo):
     `delay` (ms) adds netem delay and `ecn=1` RED/ECN marking (see
     tc_link_params)."""
 
-    def build(self, k=4, planes=1, bw=None, delay=None, ecn=None):
+    def build(self, k=4, planes=1, bw=None, delay=None, ecn=None, mark=None,
+              trim=None, mark_kb=None, trim_kb=None):
+        # mark, trim, mark_kb, trim_kb: the switch ports' congestion signals,
+        # which mrc-testbed's FabricNet applies (stock mn ignores them).
         k, planes = int(k), int(planes)
         if k < 4 or k % 2:
             raise ValueError('fattree: k must be even and >= 4, got %d' % k)

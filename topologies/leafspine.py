@@ -38,7 +38,10 @@ class MultiPlaneLeafSpine(Topo):
     adds netem delay and `ecn=1` RED/ECN marking (see tc_link_params)."""
 
     def build(self, leaves=4, spines=4, hosts=2, planes=1, bw=None,
-              delay=None, ecn=None):
+              delay=None, ecn=None, mark=None, trim=None, mark_kb=None,
+              trim_kb=None):
+        # mark, trim, mark_kb, trim_kb: the switch ports' congestion signals,
+        # which mrc-testbed's FabricNet applies (stock mn ignores them).
         leaves, spines, hosts, planes = (int(leaves), int(spines),
                                          int(hosts), int(planes))
         if leaves < 1 or spines < 1 or hosts < 1:

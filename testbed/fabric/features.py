@@ -54,11 +54,12 @@ def ovs_datapath() -> str:
 
 
 def _tc_qdisc_available(kind: str) -> bool:
-    """Try the qdisc on a throwaway dummy link in a scratch namespace."""
+    """Try the qdisc on a throwaway veth in a scratch namespace."""
     if os.geteuid() != 0 or not shutil.which('ip') or not shutil.which('tc'):
         return False
     ns = 'mrcprobe%d' % os.getpid()
-    script = ('ip link add d0 type dummy && ip link set d0 up && '
+    # A veth, not a dummy link: some kernels (this one) build no dummy driver.
+    script = ('ip link add d0 type veth peer name d1 && ip link set d0 up && '
               'tc qdisc add dev d0 root %s' % kind)
     try:
         if _run(['ip', 'netns', 'add', ns]).returncode:
@@ -89,10 +90,15 @@ SWITCH_PORT_WITHOUT = ('no switch-port signalling: no ECN marks, no trimming and
                        'delay and loss only')
 
 
+def bpf_syscall_number() -> int | None:
+    """This machine's bpf(2) syscall number, None where we do not know it."""
+    return _NR_BPF.get(platform.machine())
+
+
 @cache
 def bpf_syscall() -> tuple[bool, str]:
     """Whether bpf(2) works for us: create (and close) a one-entry array map."""
-    number = _NR_BPF.get(platform.machine())
+    number = bpf_syscall_number()
     if number is None:
         return False, 'no bpf syscall number known for %s' % platform.machine()
     libc = ctypes.CDLL(None, use_errno=True)
@@ -151,6 +157,12 @@ def _bpf_features() -> list[Feature]:
                 'not run)', 'the switch-port program cannot be loaded, configured or '
                 'read: ' + SWITCH_PORT_WITHOUT),
     ]
+
+
+def switch_port_missing() -> list[str]:
+    """What the switch-port program needs and this machine lacks (the JIT is
+    not needed: the interpreter gives the same signals)."""
+    return [f.name for f in _bpf_features() if not f.present and f.name != 'BPF JIT']
 
 
 def _sysctl_exists(path: str) -> bool:

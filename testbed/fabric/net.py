@@ -28,15 +28,17 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
-from testbed.fabric import ovs
+from testbed.fabric import ovs, signals
 from testbed.fabric.features import ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
+from testbed.fabric.probe import PathProber
 from testbed.fabric.link_options import (FeatureMissing, LinkOptionError,
                                          resolve)
 from testbed.fabric.netns import write_sysctl
 from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import TopoSpec
 from testbed.fabric.usid_plan import FabricPlan
+from testbed.nic.emulated_timescale import NO_SIGNALS, CongestionSignals
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FLOW_INSTALL_TIMEOUT_S = 60.0
@@ -73,12 +75,15 @@ class FabricNet:
         self.datapath = datapath or ovs_datapath()
         # Before the run lock, OVS or any namespace: a link option the
         # kernel cannot apply is refused, not left to TCLink's logged errors.
-        try:
-            self.link_options = resolve(spec.kwargs())
-        except (FeatureMissing, LinkOptionError) as err:
-            raise FabricError('%s: %s' % (spec, err)) from err
         self.topo = spec.build()
         self.plan = FabricPlan.from_topo(self.topo)
+        try:
+            self.link_options = resolve(spec.kwargs())
+            self.signal_settings, self.missing_features = signals.resolve(
+                spec.kwargs(), self.plan.longest_path_links)
+        except (FeatureMissing, LinkOptionError) as err:
+            raise FabricError('%s: %s' % (spec, err)) from err
+        self.signals: signals.SignallingPorts | None = None
         # The one road of the link rate: what every link is shaped to (the
         # spec's bw=), None on unshaped links. Drivers size their QPs on it.
         bw = spec.kwargs().get('bw')
@@ -130,7 +135,11 @@ class FabricNet:
         t2 = time.monotonic()
         self._plumb_hosts()
         t3 = time.monotonic()
-        self.timings.update(build_s=t1 - t0, flows_s=t2 - t1, plumbing_s=t3 - t2)
+        self._raise_tx_buffer()
+        self._start_signals()
+        t4 = time.monotonic()
+        self.timings.update(build_s=t1 - t0, flows_s=t2 - t1, plumbing_s=t3 - t2,
+                            signals_s=t4 - t3)
 
     def set_link(self, a: str, b: str, up: bool) -> None:
         """Bring the link between two nodes down or up (both ends), as
@@ -145,6 +154,56 @@ class FabricNet:
         assert self.net is not None
         return [i.name for s in self.net.switches for i in s.intfList()
                 if i.name != 'lo'] + [s.name for s in self.net.switches]
+
+    def _raise_tx_buffer(self) -> None:
+        """The userspace datapath's one transmit socket must hold what every
+        shaped queue of the fabric may hold (ovs.raise_tx_buffer says why).
+        OVS makes it at its first transmit: one probe on one path does."""
+        if self.datapath != 'user':
+            return
+        if ovs.raise_tx_buffer() is None:
+            src, dst = self.plan.hosts[0], self.plan.hosts[-1]
+            prober = PathProber(self.plan, {h: self.host_pid(h)
+                                            for h in (src, dst)})
+            try:
+                prober.probe(self.plan.paths(src, dst, self.plan.planes[0])[:1])
+            finally:
+                prober.close()
+            if ovs.raise_tx_buffer() is None:
+                self.missing_features.append(
+                    "a large transmit buffer for OVS's datapath (its socket "
+                    'was not found: shaped queues may lose packets uncounted)')
+
+    def _start_signals(self) -> None:
+        settings = self.signal_settings
+        if settings is None or not settings.on:
+            return
+        assert self.net is not None and self.workdir is not None
+        self.signals = signals.SignallingPorts(
+            self.workdir.name, settings, self.link_rate_bps or 0,
+            self._switch_ports())
+
+    @property
+    def congestion_signals(self) -> CongestionSignals:
+        """What the running fabric signals, for the endpoints' profiles."""
+        s = self.signal_settings if self.signals is not None else None
+        return CongestionSignals(ecn=s.mark, trimming=s.trim) if s else \
+            NO_SIGNALS
+
+    def _switch_ports(self) -> dict[str, signals.PortInfo]:
+        """Every switch-side interface: its switch, its peer, and whether the
+        peer is a host (the port is a last hop)."""
+        assert self.net is not None
+        ports = {}
+        for switch in self.net.switches:
+            for intf in switch.intfList():
+                if intf.link is None:
+                    continue
+                peer = intf.link.intf2 if intf.link.intf1 is intf else \
+                    intf.link.intf1
+                ports[intf.name] = signals.PortInfo(
+                    switch.name, peer.node.name, isinstance(peer.node, Host))
+        return ports
 
     def add_cleanup(self, cleanup: Callable[[], None]) -> None:
         """Call `cleanup` when the fabric stops, before anything of the
@@ -204,6 +263,9 @@ class FabricNet:
             except Exception as err:  # noqa: BLE001 - the teardown goes on
                 print('mrc-testbed: cleanup %r failed: %s' % (cleanup, err),
                       file=sys.stderr)
+        if self.signals is not None:
+            self.signals.stop()
+            self.signals = None
         if self.controller is not None:
             _kill_group(self.controller)
             self.controller = None

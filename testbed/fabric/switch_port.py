@@ -39,6 +39,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute, NetNS
 
+from testbed.fabric.bpf_maps import PinnedMap
 from testbed.nic import wire
 
 SOURCE = Path(__file__).with_name('switch_port.c')
@@ -348,6 +349,7 @@ class SwitchPortProgram:
     obj: Path | None = None
     _ports: dict[str, _Port] = field(default_factory=dict, init=False, repr=False)
     _loaded: bool = field(default=False, init=False, repr=False)
+    _state_map: PinnedMap | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not TAG.match(self.tag):
@@ -474,11 +476,14 @@ class SwitchPortProgram:
         """counters() of every port in the map, by interface name ('ifindex<N>' for an
         entry no attached port owns, which only a race with detach could leave)."""
         names = {p.ifindex: p.intf for p in self._ports.values()}
-        dump = json.loads(self._bpftool('map', 'dump', 'pinned', str(self.map_pin(STATE_MAP))))
         result = {}
-        for entry in dump:
-            ifindex = _KEY.unpack(bytes(int(b, 16) for b in entry['key']))[0]
-            result[names.get(ifindex, 'ifindex%d' % ifindex)] = unpack_state(_value_bytes(entry))
+        # In-process (bpf(2)), not bpftool: a run reads this twice a second
+        # from the thread that drives the endpoints.
+        if self._state_map is None:
+            self._state_map = PinnedMap(str(self.map_pin(STATE_MAP)))
+        for key, value in self._state_map.items():
+            ifindex = _KEY.unpack(key)[0]
+            result[names.get(ifindex, 'ifindex%d' % ifindex)] = unpack_state(value)
         return result
 
     def detach(self, intf: str) -> None:
@@ -507,6 +512,9 @@ class SwitchPortProgram:
             if self._ports:
                 self.detach_many(list(self._ports))
         finally:
+            if self._state_map is not None:
+                self._state_map.close()
+                self._state_map = None
             self._ports.clear()
             shutil.rmtree(self.pin_dir, ignore_errors=True)
             self._loaded = False
@@ -618,9 +626,21 @@ def setup_priority_htb(intf: str, rate_bps: int, *, netns: str | None = None,
     """Root HTB 5:0 on `intf`: parent 5:1 at rate_bps, control class 5:2 (prio 0) and data
     class 5:3 (prio 1, the default for anything unclassified). Replaces the root qdisc;
     returns the skb->priority that selects the control class (PortConfig's default)."""
+    return setup_priority_htb_many([intf], rate_bps, netns=netns, burst_bytes=burst_bytes)
+
+
+def setup_priority_htb_many(intfs: Iterable[str], rate_bps: int, *,
+                            netns: str | None = None,
+                            burst_bytes: int = HTB_BURST_BYTES) -> int:
+    """setup_priority_htb on many interfaces with two tc processes: whatever root qdisc
+    they had goes first (TCLink's HTB has handle 5: too, and HTB cannot be changed into
+    another HTB in place), then the priority layout is added."""
+    intfs = list(intfs)
     minor = HTB_DATA.split(':')[1]
-    _tc_batch(netns, ['qdisc replace dev %s root handle %s htb default %s' % (
-        intf, HTB_ROOT, minor), *_htb_class_commands('replace', intf, rate_bps, burst_bytes)])
+    _tc_batch(netns, ['qdisc del dev %s root' % intf for intf in intfs], force=True)
+    _tc_batch(netns, [line for intf in intfs for line in (
+        'qdisc add dev %s root handle %s htb default %s' % (intf, HTB_ROOT, minor),
+        *_htb_class_commands('add', intf, rate_bps, burst_bytes))])
     return CONTROL_PRIORITY
 
 

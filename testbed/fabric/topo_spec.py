@@ -2,9 +2,12 @@
 
 ``fattree,k=4,planes=2`` or ``leafspine,leaves=4,spines=4,hosts=2,planes=4``;
 an optional ``bw=<Mbit/s>`` shapes every link, ``delay=<ms>`` adds netem
-delay and ``ecn=1`` RED/ECN marking. Whether this kernel can apply the last
-two is decided by `testbed.fabric.link_options` when a fabric is built, not
-here: parsing stays free of side effects and of root.
+delay and ``ecn=1`` RED/ECN marking. On a shaped fabric the switch ports
+mark CE and trim (`testbed.fabric.signals`): ``mark=0`` / ``trim=0`` turn
+either off, ``mark_kb=`` / ``trim_kb=`` set their thresholds. Whether this
+kernel can apply them is decided when a fabric is built
+(`testbed.fabric.link_options`, `FabricNet`), not here: parsing stays free
+of side effects and of root.
 """
 from __future__ import annotations
 
@@ -21,8 +24,8 @@ TOPOLOGIES: dict[str, type[Topo]] = {
     'leafspine': MultiPlaneLeafSpine,
 }
 DEFAULT_SPEC = 'fattree,k=4,planes=2'
-DECIMAL_KEYS = ('bw', 'delay')      # Mbit/s, ms
-FLAG_KEYS = ('ecn',)                # 0 or 1
+DECIMAL_KEYS = ('bw', 'delay', 'mark_kb', 'trim_kb')  # Mbit/s, ms, kB
+FLAG_KEYS = ('ecn', 'mark', 'trim')                   # 0 or 1
 
 
 class TopoSpecError(ValueError):

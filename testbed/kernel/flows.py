@@ -66,5 +66,8 @@ class KernelFlows:
     def ev_events(self) -> list[dict]:
         return []
 
+    def queueing_delay(self) -> tuple[list[int], float | None]:
+        return [], None            # the kernel's CC keeps its own counsel
+
     def close(self) -> None:
         self.kernel.close()

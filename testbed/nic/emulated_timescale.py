@@ -17,7 +17,7 @@ and 8,478 probe timeouts in one 8-host permutation).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig
 from testbed.nic.ev_table import EvTableConfig
@@ -75,15 +75,44 @@ def qp_reach(transport: str, port_rate_bps: float, planes: int,
     return port_rate_bps * ports, base_rtt_s(port_rate_bps, path_links)
 
 
+@dataclass(frozen=True)
+class CongestionSignals:
+    """What the fabric tells the endpoints about congestion: CE marks (then
+    CE, not queueing delay, is the SKIP verdict and NSCC's ECN input) and
+    trimmed headers (then NSCC runs its trimming variant)."""
+    ecn: bool = False
+    trimming: bool = False
+
+
+NO_SIGNALS = CongestionSignals()
+
+
 def fabric_qp_profile(transport: str, link_rate_bps: float | None,
-                      planes: int, path_links: int) -> QpProfile:
+                      planes: int, path_links: int,
+                      signals: CongestionSignals = NO_SIGNALS) -> QpProfile:
     """The profile of a `transport` QP on a fabric shaped to `link_rate_bps`
     (None: unshaped, no congestion control) with `planes` planes and
     `path_links` links on its longest path."""
     if not link_rate_bps:
         return emulated_qp_profile()
-    return emulated_qp_profile(*qp_reach(transport, link_rate_bps, planes,
-                                         path_links))
+    profile = emulated_qp_profile(*qp_reach(transport, link_rate_bps, planes,
+                                            path_links), signals=signals)
+    config = profile.transport_config
+    # A coalesced SACK waits at most as long as the packets it waits for
+    # take at the port's rate; the hardware's 50 us is a twentieth of one
+    # packet time here, so every SACK would leave alone.
+    return replace(profile, transport_config=replace(
+        config, ack_delay_s=config.ack_every * DATA_FRAME_BYTES * 8
+        / link_rate_bps))
+
+
+def nscc_target_s(link_rate_bps: float, path_links: int,
+                  trimming: bool) -> float:
+    """NSCC's target queueing delay on this fabric (UEC: a fraction of the
+    base RTT), which the switch ports' thresholds are set from."""
+    return NsccConfig.defaults(link_rate_bps, base_rtt_s(link_rate_bps,
+                                                          path_links),
+                               MTU, trimming).target_delay_s
 
 
 # The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
@@ -91,27 +120,33 @@ TUNED_RTT_S = base_rtt_s(10e6, 6)
 
 
 def emulated_qp_profile(link_rate_bps: float | None = None,
-                        rtt_s: float = PROCESSING_RTT_S) -> QpProfile:
+                        rtt_s: float = PROCESSING_RTT_S,
+                        signals: CongestionSignals = NO_SIGNALS) -> QpProfile:
     """The QP profile for a fabric whose base RTT is `rtt_s` (`base_rtt_s`).
 
     With `link_rate_bps` (what the QP can reach, `qp_reach`) NSCC
     keeps the shaped links' queues short; without it there is no congestion
     control and only the MPR window bounds what is in flight (measured on 1
     plane x 20 Mbit/s: 63% of line rate with 36% of packets retransmitted
-    after queue-induced timeouts, against 91% and none with NSCC)."""
+    after queue-induced timeouts, against 91% and none with NSCC).
+
+    Where the fabric marks CE, a SKIP verdict comes from CE alone; where it
+    does not, a one-way queueing delay above SKIP_QUEUEING_TARGET_S stands
+    in for the mark (the only congestion signal such a fabric gives)."""
     stretch = max(1.0, rtt_s / TUNED_RTT_S)
     packet_timeout = PACKET_TIMEOUT_S * stretch
     cc = CcProfile() if link_rate_bps is None else CcProfile(
         NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, rtt_s, MTU,
-                                            trimming=False))
+                                            trimming=signals.trimming))
+    skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_S * stretch
     return replace(
         QpProfile(),
         cc_profile=cc,
         transport_config=TransportConfig(
-            skip_queueing_target_s=SKIP_QUEUEING_TARGET_S * stretch,
+            skip_queueing_target_s=skip_target,
             packet_timeout_s=packet_timeout,
             probe_timeout_s=PROBE_TIMEOUT_S * stretch),
         ev_table=EvTableConfig(active_count=ACTIVE_EVS,
-                                 probe_interval_s=PROBE_INTERVAL_S * stretch),
+                               probe_interval_s=PROBE_INTERVAL_S * stretch),
         mpr=MPR_UNITS, mpr_dest=MPR_UNITS, timeout_s=packet_timeout,
         retry=RETRY)

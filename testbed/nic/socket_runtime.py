@@ -27,13 +27,16 @@ from testbed.nic.outgoing import Outgoing
 from testbed.nic.wire import UDP_PORT, build_inner, sport_flowlabel_to_ev
 
 IPPROTO_IPV6_IN_IPV6 = 41
-UDP_NO_CHECK6_RX = 102     # MRC carries its own CRC; the inner UDP sum is zero
+UDP_NO_CHECK6_RX = 102
+SO_SNDBUFFORCE = 32        # SO_SNDBUF beyond net.core.wmem_max (CAP_NET_ADMIN)
+TX_BUFFER_BYTES = 16 << 20     # MRC carries its own CRC; the inner UDP sum is zero
 IPV6_FLOWINFO = 11         # linux/in6.h: a cmsg with each packet's traffic class + flow label
 FLOWINFO_CMSG_SPACE = socket.CMSG_SPACE(4)
 FLOWINFO = struct.Struct('!I')   # ip6_flowinfo(): network order, version bits already zero
 FLOW_LABEL_MASK = 0xFFFFF
 ECN_MASK = 0b11
 ECN_CE = 0b11              # RFC 3168: congestion experienced
+ECT0 = 0b10                # ... and ECN-capable transport (0)
 TX_BUDGET = 256            # packets taken from an endpoint per loop turn
 RX_BUDGET = 512
 IDLE_WAIT_S = 0.001
@@ -66,6 +69,21 @@ class Nic:
     def __post_init__(self) -> None:
         self.tx = socket.socket(socket.AF_INET6, socket.SOCK_RAW,
                                 IPPROTO_IPV6_IN_IPV6)
+        # MRC packets are ECN-capable (ECT(0)), in the outer header the
+        # kernel writes and in the inner one we write: a switch marks the
+        # outer, and End.DT6 hands the receiver the inner without copying
+        # CE inward, so the switch ports mark both (docs/switch-port.md).
+        self.tx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, ECT0)
+        # A packet waiting in the NIC port's queue (the host side of a shaped
+        # link) still counts against this socket's send buffer; with the
+        # default 208 KiB a busy host filled it, and sendto() then blocked
+        # the whole loop, every endpoint of it, until the port drained
+        # (hundreds of spurious packet timeouts in a 7->1 incast). A real
+        # NIC's queues hold the QPs' windows: so does this buffer.
+        try:
+            self.tx.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, TX_BUFFER_BYTES)
+        except PermissionError:         # not root: the most an unprivileged socket gets
+            self.tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, TX_BUFFER_BYTES)
         self.rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.rx.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_RX, 1)
         self.rx.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO, 1)
@@ -135,7 +153,7 @@ class SocketRuntime:
         for pkt in out:
             inner = build_inner(self.book.address(me, pkt.plane),
                                 self.book.address(pkt.dst_addr, pkt.plane),
-                                pkt.ev_id, pkt.data)
+                                pkt.ev_id, pkt.data, traffic_class=ECT0)
             try:
                 nic.tx.sendto(inner, (pkt.path, 0))
             except OSError:

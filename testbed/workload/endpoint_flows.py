@@ -64,7 +64,8 @@ class EndpointFlows:
         self.runtime = SocketRuntime(self.book, tap=self._count)
         self.profile = fabric_qp_profile(transport, fab.link_rate_bps,
                                          len(plan.planes),
-                                         plan.longest_path_links)
+                                         plan.longest_path_links,
+                                         fab.congestion_signals)
         self.endpoints: dict[str, Endpoint] = {}
         self.connections: dict[tuple[str, str], Connection] = {}
         self.flows: dict[int, EndpointFlow] = {}
@@ -186,6 +187,19 @@ class EndpointFlows:
                             **conn.evs.on_nic_event(e.ev_id, str(e.path),
                                                     e.new_state)})
         return out
+
+    def queueing_delay(self) -> tuple[list[int], float | None]:
+        """Every requester's NSCC delay histogram, summed, and the target."""
+        total: list[int] = []
+        target = None
+        for conn in self.connections.values():
+            cc = conn.requester.cc
+            hist = getattr(cc, 'delay_histogram', None)
+            if hist is None:
+                continue
+            total = [a + b for a, b in zip(total, hist)] if total else list(hist)
+            target = cc.config.target_delay_s
+        return total, target
 
     def deny(self, src: str, dst: str, carrier: str, denied: bool = True) -> int:
         """The control plane denies (or allows again) a path of a pair: the

@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 from testbed.fabric.faults.catalogue import disruptive as is_disruptive
+from testbed.fabric.usid_plan import FabricPlan
+from testbed.workload.congestion_metrics import (false_demotions, queueing_summary,
+                                                signals_summary, victim_summary)
 from testbed.workload.metrics import jain_index, percentile, recovery_time
 from testbed.workload.runner import BIN_S, TransportRun
 
@@ -30,7 +33,11 @@ def new_results_dir(root: Path, scenario_name: str) -> Path:
 
 
 def run_metrics(run: TransportRun, candidate_paths: set[str],
-                planes: tuple[int, ...]) -> dict:
+                planes: tuple[int, ...], plan: FabricPlan | None = None,
+                reach_mbps: float = 0.0) -> dict:
+    """`plan`: the fabric's, to tell false demotions (without it they are
+    not counted); `reach_mbps`: what one flow of this transport could reach
+    alone, for the incast victim's share."""
     delivered = sum(f.delivered for f in run.flows)
     fcts = [f.fct for f in run.flows if f.status == 'done']
     failed = [f for f in run.flows if f.status == 'failed']
@@ -70,6 +77,10 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         'jain_paths': _round(jain_index(path_totals)) if run.path_bytes
         else None,
         'health': run.health,
+        'signals': signals_summary(run),
+        'queueing_delay': queueing_summary(run),
+        'false_demotions': false_demotions(run, plan) if plan else None,
+        'victim': victim_summary(run, reach_mbps),
     }
 
 

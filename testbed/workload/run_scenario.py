@@ -16,6 +16,7 @@ from testbed.workload.results import (aggregate, new_results_dir, run_metrics,
                                       step_times, write_events, write_timeline)
 from testbed.workload.runner import Progress, TransportRun, TransportRunner
 from testbed.workload.model import Scenario
+from testbed.workload.transports import TRANSPORTS
 from testbed.workload.workloads import build_workload
 
 
@@ -56,9 +57,16 @@ def summarise(sc: Scenario, runs: list[TransportRun],
     plan = sc.plan()
     candidates = {p.carrier for f in sc_pairs(runs)
                   for p in plan.all_paths(*f)}
-    return {t: aggregate([run_metrics(r, candidates, plan.planes)
+    return {t: aggregate([run_metrics(r, candidates, plan.planes, plan,
+                                      reach_mbps(sc, t, len(plan.planes)))
                           for r in runs if r.transport == t])
             for t in transports}
+
+
+def reach_mbps(sc: Scenario, name: str, planes: int) -> float:
+    """What one flow of the transport can reach alone: every plane's port
+    when it sprays or splits over planes, one path when it is pinned."""
+    return sc.link_rate_mbit * (1 if TRANSPORTS[name].pinned else planes)
 
 
 def sc_pairs(runs: list[TransportRun]) -> set[tuple[str, str]]:

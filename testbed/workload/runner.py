@@ -17,6 +17,7 @@ from testbed.fabric.faults.catalogue import call_args
 from testbed.fabric.net import FabricNet
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.workload.emulation_health import HealthSample, health_between
+from testbed.workload.switch_counters import SwitchCounters
 from testbed.workload.transports import transport
 
 BIN_S = 0.01                 # timeline resolution: goodput per 10 ms
@@ -64,6 +65,15 @@ class TransportRun:
     aborted: str | None = None
     aborted_at: float | None = None
     health: dict = field(default_factory=dict)
+    # The fabric's congestion signals (switch_counters), when it signals.
+    signals: dict = field(default_factory=dict)        # settings
+    switch_ports: dict[str, dict[str, int]] = field(default_factory=dict)
+    switch_series: list = field(default_factory=list)  # (t, port -> (CE, trims))
+    port_links: dict[str, tuple[str, str]] = field(default_factory=dict)
+    port_planes: dict[str, int] = field(default_factory=dict)
+    # NSCC's queueing-delay samples in quarters of its target (endpoints).
+    delay_histogram: list[int] = field(default_factory=list)
+    delay_target_s: float | None = None
 
 
 def fabric_spec(topology: str, link_rate_mbit: float):
@@ -121,9 +131,11 @@ class TransportRunner:
     def _loop(self, fab, driver, injector, phases) -> None:
         records = self._records(phases)
         driver.prepare([(r.src, r.dst, r.size) for r in records])
+        switches = self._switch_counters(fab)
         self.t0 = time.monotonic()
         needs_gray = any(f.kind == 'gray_failure' for f in self.sc.faults)
-        missing = list(injector.missing_features) if needs_gray else []
+        missing = list(fab.missing_features) + (
+            list(injector.missing_features) if needs_gray else [])
         health0 = HealthSample.now()
         faults = list(self.sc.timeline())
         phase, next_bin = 0, BIN_S
@@ -139,6 +151,7 @@ class TransportRunner:
             if now >= next_bin:
                 self._sample(driver, records)
                 next_bin += BIN_S
+            switches.sample(now)
             phase = self._advance(driver, records, phase, now)
             if phase is None or now >= self.sc.duration_s:
                 break
@@ -147,6 +160,10 @@ class TransportRunner:
                 self._report(records, now)
         self._sample(driver, records)
         self.run.elapsed_s = time.monotonic() - self.t0
+        self.run.switch_ports = switches.finish(self.run.elapsed_s)
+        self.run.switch_series = switches.series
+        self.run.delay_histogram, self.run.delay_target_s = \
+            driver.queueing_delay()
         self.run.events += [dict(e, t=round(e['time'] - self.t0, 6))
                             for e in driver.ev_events()]
         for rec in records:
@@ -154,6 +171,18 @@ class TransportRunner:
                 if rec.status == 'done' else 0
         self.run.flows = records
         self.run.health = health_between(health0, HealthSample.now(), missing)
+
+    def _switch_counters(self, fab) -> SwitchCounters:
+        ports = fab.signals
+        if ports is not None:
+            self.run.signals = ports.settings.describe()
+            self.run.port_links = {i: (p.switch, p.peer)
+                                   for i, p in ports.ports.items()}
+            self.run.port_planes = {i: fab.plan.switches[p.switch].plane
+                                    for i, p in ports.ports.items()}
+        recorder = SwitchCounters(ports)
+        recorder.begin()
+        return recorder
 
     def _records(self, phases) -> list[FlowRecord]:
         return [FlowRecord(f.id, i, f.src, f.dst, f.size_bytes, f.label,

@@ -649,3 +649,19 @@ def test_synchronised_seven_to_one_incast_quick_adapts_then_shares_fairly() -> N
     trimmed = [cc for cc in result.controllers if cc.counters.trim_count]
     assert trimmed
     assert all(cc.counters.qa_count >= 1 for cc in trimmed)
+
+
+def test_delay_histogram_counts_every_sample_in_quarter_targets():
+    from testbed.nic.cc.nscc import DELAY_BUCKETS_PER_TARGET, delay_percentile
+    cfg = NsccConfig.defaults(link_rate_bps=10e6, base_rtt_s=0.02, mtu=1500, trimming=True)
+    cc = Nscc(cfg, now=0.0)
+    target = cfg.target_delay_s
+    for i, delay in enumerate((0.1 * target, 0.1 * target, 0.9 * target, 3.0 * target)):
+        cc.on_ack(1500, cfg.base_rtt_s + delay, False, 0.1 * (i + 1))
+    hist = cc.delay_histogram
+    assert sum(hist) == 4
+    assert hist[0] == 2 and hist[3] == 1 and hist[12] == 1
+    assert delay_percentile(hist, 0.5) == 1 / DELAY_BUCKETS_PER_TARGET
+    assert delay_percentile(hist, 0.75) == 1.0
+    assert delay_percentile(hist, 0.99) == 13 / DELAY_BUCKETS_PER_TARGET
+    assert delay_percentile([0] * len(hist), 0.5) is None

@@ -15,8 +15,9 @@ PACKAGES = ('testbed', 'bench', 'controller', 'topologies')
 ALLOWED = {
     'testbed.nic': (),
     'topologies': (),
-    # The switch ports trim and classify MRC packets: they know its wire format.
-    'testbed.fabric': ('topologies', 'testbed.nic.wire'),
+    # The switch ports trim and classify MRC packets (the wire format) and set
+    # their thresholds from NSCC's target (the emulated timescale).
+    'testbed.fabric': ('topologies', 'testbed.nic'),
     'controller': ('testbed.fabric',),
     'testbed.mrc_ctl': ('testbed.nic', 'testbed.fabric.usid_plan'),
     'testbed.kernel': ('testbed.fabric', 'testbed.nic'),

@@ -78,8 +78,21 @@ class RateFaults:
                              'Mininet TCLink: %s' % (end.where(), qdisc.strip()))
         return None
 
+    def _signal_port(self, end: LinkEnd):
+        """The fabric's signals, when this end is a signalling switch port
+        (its HTB has a control and a data class under 5:1, and its virtual
+        queue must drain at the new rate too)."""
+        signals = self.fab.signals
+        if end.pid is None and signals is not None and signals.handles(end.intf):
+            return signals
+        return None
+
     def _set_rate(self, end: LinkEnd, mbit: float,
                   original: HtbClass | None) -> None:
+        signals = self._signal_port(end)
+        if signals is not None:
+            signals.set_rate(end.intf, mbit * 1e6)
+            return
         rate = '%.3fmbit' % mbit
         dev = ['dev', end.intf]
         if original is None:
@@ -99,6 +112,10 @@ class RateFaults:
             if end.intf not in change.original or not _exists(end):
                 continue        # never changed, or gone with the fabric
             original = change.original[end.intf]
+            signals = self._signal_port(end)
+            if signals is not None:
+                signals.set_rate(end.intf, signals.rate_bps)
+                continue
             if original is None:
                 self._run(end.pid, ['tc', 'qdisc', 'del', 'dev', end.intf,
                                     'root'])

@@ -62,6 +62,8 @@ DEFAULT_MAX_MD_JUMP = 0.5          # [HTSIM] multiplicative_decrease floor
 DEFAULT_QA_GATE = 3                # [HTSIM] initNsccParams: qa_gate 3
 DEFAULT_ADJUST_BYTES_MTU = 8       # [HTSIM] _adjust_bytes_threshold = 8*MTU
 MAX_CWND_BDP = 1.5                 # [UEC] update_base_rtt: max_wnd = 1.5*BDP
+DELAY_BUCKETS_PER_TARGET = 4      # delay_histogram resolution: a quarter target
+DELAY_HISTOGRAM_TARGETS = 16      # ... up to 16 targets, the rest in one bucket
 TARGET_WITH_TRIMMING = 0.75        # [UEC] target_qdelay = 0.75*base_rtt
 TARGET_WITHOUT_TRIMMING = 1.0      # [UEC] target_qdelay = 1.0*base_rtt
 QA_THRESHOLD_TARGETS = 4           # [UEC] qa_threshold = 4*target (5 BDP drop)
@@ -261,6 +263,23 @@ class NsccCounters:
     restore_count: int = 0
 
 
+def delay_percentile(histogram: list[int], fraction: float) -> float | None:
+    """The `fraction` quantile of an Nscc.delay_histogram, in targets: the
+    upper edge of the bucket it falls in (inf past the last edge); None
+    without samples."""
+    total = sum(histogram)
+    if not total:
+        return None
+    rank, seen = fraction * total, 0
+    for index, count in enumerate(histogram):
+        seen += count
+        if seen >= rank and count:
+            if index == len(histogram) - 1:
+                return float('inf')
+            return (index + 1) / DELAY_BUCKETS_PER_TARGET
+    return float('inf')
+
+
 def rtt_sample_is_unambiguous(rtx_count: int, retx_echo: bool) -> bool:
     """Whether an ACK may feed the RTT estimator [UEC] §3.6.13.1.
 
@@ -315,6 +334,12 @@ class Nscc:
         self._last_dec_time = now
         self._delays: deque[tuple[float, float]] = deque()
         self._delay_sum = 0.0
+        # Every delay sample, in quarters of the target (the last bucket holds
+        # everything from DELAY_HISTOGRAM_TARGETS targets on): what a run
+        # reports as the queueing MRC saw, at a cost of one index per ACK.
+        self.delay_histogram = [0] * (DELAY_HISTOGRAM_TARGETS * DELAY_BUCKETS_PER_TARGET + 1)
+        self._per_bucket = DELAY_BUCKETS_PER_TARGET / config.target_delay_s \
+            if config.target_delay_s > 0 else 0.0
         self._fi_delay_threshold = config.base_rtt_s * FAST_INCREASE_DELAY_FRACTION
         # Derived values the per-ACK path reads: NsccConfig computes them in properties
         # (alpha through four of them), and it is frozen, so they are taken once.
@@ -505,6 +530,8 @@ class Nscc:
         # at emulated rates with only a handful of ACKs per RTT.
         self._delays.append((now, delay))
         self._delay_sum += delay
+        hist = self.delay_histogram
+        hist[min(int(delay * self._per_bucket), len(hist) - 1)] += 1
         horizon = now - self._base_rtt
         while len(self._delays) > 1 and self._delays[0][0] < horizon:
             self._delay_sum -= self._delays.popleft()[1]
