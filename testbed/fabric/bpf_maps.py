@@ -14,8 +14,8 @@ import platform
 import struct
 from collections.abc import Iterator
 
-from testbed.fabric.features import bpf_syscall_number
-
+# bpf(2) syscall numbers (asm/unistd.h).
+_NR_BPF = {'x86_64': 321, 'aarch64': 280, 'riscv64': 280, 'ppc64le': 361, 's390x': 351}
 BPF_MAP_LOOKUP_ELEM, BPF_MAP_GET_NEXT_KEY, BPF_OBJ_GET = 1, 4, 7
 BPF_OBJ_GET_INFO_BY_FD = 15
 ATTR_SIZE = 128                     # room for every bpf_attr variant we use
@@ -27,6 +27,11 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 class BpfError(OSError):
     """A bpf(2) call failed (errno and what was asked)."""
+
+
+def bpf_syscall_number() -> int | None:
+    """This machine's bpf(2) syscall number, None where we do not know it."""
+    return _NR_BPF.get(platform.machine())
 
 
 def _bpf(cmd: int, attr: bytes) -> int:

@@ -15,6 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from functools import cache
 
+from testbed.fabric.bpf_maps import bpf_syscall_number
+
 
 # Names shared with link_options, so a refusal names what doctor prints.
 NETEM = 'netem'
@@ -82,17 +84,10 @@ def red_ecn_available() -> bool:
         'bandwidth 10mbit probability 0.1')
 
 
-# bpf(2) syscall numbers (asm/unistd.h); elsewhere the probe says it could not tell.
-_NR_BPF = {'x86_64': 321, 'aarch64': 280, 'riscv64': 280, 'ppc64le': 361, 's390x': 351}
 _BPF_MAP_CREATE, _BPF_MAP_TYPE_ARRAY = 0, 2
 SWITCH_PORT_WITHOUT = ('no switch-port signalling: no ECN marks, no trimming and no '
                        'control class at switch ports, so MRC sees congestion as queueing '
                        'delay and loss only')
-
-
-def bpf_syscall_number() -> int | None:
-    """This machine's bpf(2) syscall number, None where we do not know it."""
-    return _NR_BPF.get(platform.machine())
 
 
 @cache
