@@ -2,7 +2,8 @@
 
 Started inside a host's network namespace:
 
-    python -m testbed.nic.agent --host h1 --addresses addresses.json
+    python -m testbed.nic.agent --host h1 --addresses addresses.json \
+        [--port-rate-bps R]
 
 It reads one JSON command per line on stdin and writes one JSON event per
 line on stdout, so scenarios and the CLI drive it without sharing memory:
@@ -63,9 +64,10 @@ COMMAND_REPLIES = {
 
 class Agent:
     def __init__(self, host: str, book: AddressBook, seed: int = 0,
-                 emit: Callable[[dict], None] | None = None) -> None:
+                 emit: Callable[[dict], None] | None = None,
+                 port_rate_bps: float | None = None) -> None:
         self.endpoint = Endpoint(host, seed=seed)
-        self.runtime = SocketRuntime(book)
+        self.runtime = SocketRuntime(book, port_rate_bps=port_rate_bps)
         self.runtime.add(self.endpoint)
         self.emit = emit or _print_json
         self.report_every: float | None = None
@@ -247,8 +249,11 @@ def main() -> None:
     parser.add_argument('--host', required=True)
     parser.add_argument('--addresses', required=True)
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--port-rate-bps', type=float, default=None,
+                        help="the NIC ports' line rate: they pace at it")
     args = parser.parse_args()
-    agent = Agent(args.host, load_addresses(args.addresses), args.seed)
+    agent = Agent(args.host, load_addresses(args.addresses), args.seed,
+                  port_rate_bps=args.port_rate_bps)
     agent.emit({'event': 'ready', 'host': args.host, 'pid': os.getpid()})
     try:
         serve(agent, sys.stdin.fileno())

@@ -111,8 +111,10 @@ class Endpoint:
 
     # ------------------------------------------------------------------------- sans-IO
 
-    def poll_tx(self, now: float, budget: int = 64) -> list[Outgoing]:
-        """Up to `budget` packets to send now; QPs take turns to go first."""
+    def poll_tx(self, now: float, budget: int = 64,
+                free_planes: set[int] | None = None) -> list[Outgoing]:
+        """Up to `budget` packets to send now; QPs take turns to go first. Data only on
+        `free_planes`, the NIC ports that can take a packet now (None: every port)."""
         out: list[Outgoing] = []
         if self._endpoint_tx:
             while self._endpoint_tx and len(out) < budget:
@@ -122,14 +124,14 @@ class Endpoint:
         if count == 1:                        # the common host: one QP, no turn to rotate
             room = budget - len(out)
             if room > 0:
-                qps[0].poll_tx(now, room, out)
+                qps[0].poll_tx(now, room, out, free_planes)
             self._rr = 0
             return out
         start = self._rr
         for i in range(count):
             if len(out) >= budget:
                 break
-            qps[(start + i) % count].poll_tx(now, budget - len(out), out)
+            qps[(start + i) % count].poll_tx(now, budget - len(out), out, free_planes)
         if count:
             self._rr = (start + 1) % count
         return out

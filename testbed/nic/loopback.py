@@ -57,6 +57,7 @@ class Loopback:
         self.budget = budget
         self.dead_paths: set[Any] = set()
         self.trim_paths: set[Any] = set()
+        self.trim_last_hop = False      # trims are TRIMMED_LASTHOP (a host's own port)
         self.ecn_paths: set[Any] = set()
         self.drop_if: PacketHook | None = None
         self.delay_if: PacketHook | None = None
@@ -199,7 +200,8 @@ class Loopback:
         # Set and dict look-ups only when the scenario configured any (once per packet).
         trim_paths, path_delay, ecn_paths = self.trim_paths, self.path_delay, self.ecn_paths
         if trim_paths and path in trim_paths and out.data[0] in _DATA_OPCODE_VALUES:
-            out = out._replace(data=trim_data_packet(out.data))
+            out = out._replace(data=trim_data_packet(out.data,
+                                                     last_hop=self.trim_last_hop))
             self.trimmed += 1
         delay = self.delay_s + (path_delay.get(path, 0.0) if path_delay else 0.0)
         if self.jitter_s:

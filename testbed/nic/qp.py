@@ -212,16 +212,18 @@ class QueuePair:
 
     # ------------------------------------------------------------------------- sans-IO
 
-    def poll_tx(self, now: float, budget: int, out: list[Outgoing]) -> int:
+    def poll_tx(self, now: float, budget: int, out: list[Outgoing],
+                free_planes: set[int] | None = None) -> int:
         """Append up to `budget` packets to `out`: feedback first, then probes, retransmits,
-        new data. In ERROR only feedback still queued (the NACK that explains it) leaves."""
+        new data (data only on `free_planes`, the ports with room; None: all). In ERROR
+        only feedback still queued (the NACK that explains it) leaves."""
         self._now = now
         sent = 0
         responder = self.responder
         if responder is not None and responder.has_feedback:
             sent = responder.poll_tx(now, budget, out)
         if self.state is _RTS and sent < budget:
-            sent += self.requester.poll_tx(now, budget - sent, out)
+            sent += self.requester.poll_tx(now, budget - sent, out, free_planes)
         return sent
 
     def on_packet(self, now: float, pkt: Any, ev_id: int, ecn: bool = False) -> None:

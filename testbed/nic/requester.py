@@ -102,6 +102,7 @@ class Requester:
         self._cc = cc
         self._table = table
         self._pinned = pinned
+        self._free_planes: set[int] | None = None   # of this poll_tx (see there)
         self._go_back_n = go_back_n
         self._send_cq = send_cq
         self._counters = counters
@@ -153,10 +154,16 @@ class Requester:
 
     # ------------------------------------------------------------------------- transmit
 
-    def poll_tx(self, now: float, budget: int, out: list[Outgoing]) -> int:
+    def poll_tx(self, now: float, budget: int, out: list[Outgoing],
+                free_planes: set[int] | None = None) -> int:
+        """`free_planes`: the planes whose NIC port can take a data packet now
+        (None: every plane); probes are small and go whatever."""
         sent = 0
         if self._probe_queue:
             sent += self._send_probes(now, budget, out)
+        if free_planes is not None and not free_planes:
+            return sent
+        self._free_planes = free_planes
         if self._go_back_next is not None:
             sent += self._send_go_back(now, budget - sent, out)
         elif self._rtx_heap:
@@ -182,7 +189,7 @@ class Requester:
             if cc_limits and not cc.can_send(nbytes):
                 break
             if table is not None:             # _pick(), inlined for the sprayed case
-                route = table.next_ev(None, nbytes=nbytes, now=now)
+                route = table.next_ev(None, self._free_planes, nbytes=nbytes, now=now)
             else:
                 route = self._pick(None, nbytes, now)
             if route is None:
@@ -247,16 +254,21 @@ class Requester:
             if record is not None:
                 if not record.counted and not self._cc.can_send(record.length):
                     break
-                self._transmit(now, record, self._pick(None, record.length, now), True, out)
+                route = self._pick(None, record.length, now)
+                if route is None:
+                    break                     # its port is busy: resume from here
+                self._transmit(now, record, route, True, out)
                 sent += 1
             self._go_back_next = index + 1
         return sent
 
     def _pick(self, exclude: int | None, nbytes: int, now: float) -> Any:
-        table = self._table
+        table, free = self._table, self._free_planes
         if table is not None:
-            return table.next_ev(exclude, nbytes=nbytes, now=now)
+            return table.next_ev(exclude, free, nbytes=nbytes, now=now)
         route = self._pinned
+        if free is not None and route.plane not in free:
+            return None                        # its one port is busy: wait for it
         route.packets_sent += 1
         route.bytes_sent += nbytes
         return route

@@ -32,6 +32,7 @@ from testbed.nic.routes import FixedRoute, ReverseRoutes
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import (
     IMM_OPCODES,
+    MAX_RCV_CWND_PEN,
     PSN_MASK,
     TIMESTAMP_MASK,
     AnyData,
@@ -51,6 +52,9 @@ _U32 = 0xFFFFFFFF
 _U64 = (1 << 64) - 1
 _SACK, _NACK = 0, 1
 _NONE, _SKIP_ONCE, _ALWAYS_SKIP = Verdict.NONE, Verdict.SKIP_ONCE, Verdict.ALWAYS_SKIP
+PENALTY_SCALE = 128        # rcv_cwnd_pen 128 would take a whole acknowledged window
+# The QP-wide share of marked packets is an EWMA over about this many packets' worth.
+MARKED_SHARE_GAIN = 1 / 32
 # Enum members read through the class cost an attribute lookup each; per-packet code uses these.
 _NEW, _DUPLICATE = Arrival.NEW, Arrival.DUPLICATE
 _TRIM_NONE = Trim.NONE
@@ -102,6 +106,11 @@ class Responder:
         self._rq_released = 0                   # RQMSN of the next immediate to release
         self._min_age_us: int | None = None
         self._skip_streaks: dict[int, int] = {}
+        self._marked_share = 0.0                # of recent packets, on every EV
+        # Responder host backpressure: data packets, and those trimmed at the
+        # last hop into this host, since the last SACK.
+        self._arrived = 0
+        self._trimmed_here = 0
         self._sacked_on: dict[int, FixedRoute] = {}    # trigger index -> its SACK's route
         target = config.skip_queueing_target_s
         self._target_us = None if target is None else int(target * 1e6)
@@ -144,11 +153,13 @@ class Responder:
             self._queue_nack(expected, NackReason.NO_BITMAP, ev_id, pkt.tx_timestamp)
 
     def _accept(self, now: float, pkt: AnyData, index: int, ev_id: int, ecn: bool) -> None:
+        self._arrived += 1
         if pkt.trim is not _TRIM_NONE:
             self._counters.trimmed_received += 1
+            last_hop = pkt.trim is Trim.TRIMMED_LASTHOP
+            self._trimmed_here += last_hop
             if not self._config.trim_nacks:
                 return                         # no TRIM_NACK capability: the packet is lost
-            last_hop = pkt.trim is Trim.TRIMMED_LASTHOP
             self._nack(pkt, NackReason.TRIMMED_LASTHOP if last_hop else NackReason.TRIMMED, ev_id)
             return
         opcode, payload, counters = pkt.opcode, pkt.payload, self._counters
@@ -224,6 +235,8 @@ class Responder:
             if floor is None or age < floor:
                 self._min_age_us = floor = age
             marked = marked or age - floor > self._target_us
+        share = self._marked_share
+        self._marked_share = share + MARKED_SHARE_GAIN * (marked - share)
         streaks = self._skip_streaks
         if not marked:
             if streaks:
@@ -232,8 +245,14 @@ class Responder:
         streak = streaks.get(ev_id, 0) + 1
         if streak >= self._config.always_skip_after:
             del streaks[ev_id]
-            return _ALWAYS_SKIP
-        streaks[ev_id] = streak
+            # A path is persistently bad only if it stands out: when most of
+            # the QP's packets are marked, on every EV, the congestion sits
+            # where all its paths meet (an incast's last hops), and demoting
+            # EVs would only thin the set that carries the QP.
+            if share < self._config.always_skip_max_marked_share:
+                return _ALWAYS_SKIP
+        else:
+            streaks[ev_id] = streak
         return _SKIP_ONCE
 
     # ------------------------------------------------------------------------- feedback queue
@@ -329,8 +348,20 @@ class Responder:
         cack_psn = (window.initial_psn + window.expected - 1) & PSN_MASK    # window.cack_psn
         return encode_sack(self._peer_qp, cack_psn, ev_id, offset, bitmap, verdict,
                            self._mpr_dest if self._dynamic_mpr else 0, trigger_psn, probe_reply,
-                           ts, service_ns, ooo if ooo < _U16 else _U16, 0,
+                           ts, service_ns, ooo if ooo < _U16 else _U16, self._penalty(),
                            self.received_bytes & _U64)
+
+    def _penalty(self) -> int:
+        """rcv_cwnd_pen for the next SACK: the share of packets trimmed at the last hop into
+        this host since the previous SACK, on NSCC's 0..127 scale (a share s cuts the
+        sender's window by s of what the SACK acknowledges). A last-hop trim says this
+        host's own port is the bottleneck, which no ECN mark reports (the last hop does not
+        mark): MRC's responder host backpressure [P2 §II-D], [UEC §3.6.13.2]."""
+        arrived, trimmed = self._arrived, self._trimmed_here
+        self._arrived = self._trimmed_here = 0
+        if not trimmed or not self._config.host_backpressure:
+            return 0
+        return min(MAX_RCV_CWND_PEN, round(PENALTY_SCALE * trimmed / arrived))
 
     def _encode_nack(self, fields: tuple) -> bytes:
         psn, reason, ev_id, ts = fields

@@ -38,6 +38,10 @@ ECN_MASK = 0b11
 ECN_CE = 0b11              # RFC 3168: congestion experienced
 ECT0 = 0b10                # ... and ECN-capable transport (0)
 TX_BUDGET = 256            # packets taken from an endpoint per loop turn
+FRAME_BYTES = 1510         # a full MRC data packet on the wire
+OUTER_BYTES = 40 + 14      # what the kernel adds: outer IPv6, Ethernet
+HEADROOM_PACKETS = 2       # a pacing port holds this much beyond what is leaving...
+MIN_HEADROOM_S = 0.003     # ...and at least this: the loop wakes every IDLE_WAIT_S
 RX_BUDGET = 512
 IDLE_WAIT_S = 0.001
 
@@ -47,6 +51,7 @@ class AddressBook:
 
     def __init__(self, ports: Mapping[tuple[str, int], str]) -> None:
         self._address = dict(ports)
+        self.planes = tuple(sorted({plane for _, plane in ports}))
         self._owner = {socket.inet_pton(socket.AF_INET6, addr): key
                        for key, addr in ports.items()}
 
@@ -65,6 +70,8 @@ class Nic:
     rx: socket.socket = field(init=False)
     tx_errors: int = 0
     rx_unknown_source: int = 0
+    # When each plane's port is free again (time.monotonic()), if ports pace.
+    port_free: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.tx = socket.socket(socket.AF_INET6, socket.SOCK_RAW,
@@ -100,11 +107,21 @@ class SocketRuntime:
     """A single-threaded event loop over any number of NICs."""
 
     def __init__(self, book: AddressBook,
-                 tap: Callable[[float, Nic, Outgoing], None] | None = None
-                 ) -> None:
+                 tap: Callable[[float, Nic, Outgoing], None] | None = None,
+                 port_rate_bps: float | None = None) -> None:
+        """`port_rate_bps`: the NIC ports' line rate. With it, a port takes a
+        data packet only when what it already holds leaves within
+        PORT_HEADROOM, as a NIC transmits at its line rate: the packets a QP
+        may send wait in the NIC, not in the kernel's queue, where they would
+        count as in flight and read as network queueing (NSCC's delay)."""
         self.book = book
         self.nics: list[Nic] = []
         self.tap = tap           # sees every packet sent (tests, tracing)
+        self.port_rate_bps = port_rate_bps
+        if port_rate_bps:
+            packet_s = FRAME_BYTES * 8 / port_rate_bps
+            self._headroom_s = max(HEADROOM_PACKETS * packet_s, MIN_HEADROOM_S)
+            self._packet_s = packet_s
         # poll, not select: a long-lived process may hold descriptors
         # numbered above select's limit of 1024.
         self.poller = select.poll()
@@ -148,8 +165,10 @@ class SocketRuntime:
             self.poller.poll(wait * 1000)
 
     def _send(self, nic: Nic, now: float) -> int:
-        out = nic.endpoint.poll_tx(now, TX_BUDGET)
+        free, budget = self._free_planes(nic, now)
+        out = nic.endpoint.poll_tx(now, budget, free)
         me = nic.endpoint.addr
+        rate = self.port_rate_bps
         for pkt in out:
             inner = build_inner(self.book.address(me, pkt.plane),
                                 self.book.address(pkt.dst_addr, pkt.plane),
@@ -158,9 +177,27 @@ class SocketRuntime:
                 nic.tx.sendto(inner, (pkt.path, 0))
             except OSError:
                 nic.tx_errors += 1   # e.g. the NIC port is down: a lost packet
+            if rate:
+                start = max(nic.port_free.get(pkt.plane, now), now)
+                nic.port_free[pkt.plane] = start + (
+                    len(inner) + OUTER_BYTES) * 8 / rate
             if self.tap:
                 self.tap(now, nic, pkt)
         return len(out)
+
+    def _free_planes(self, nic: Nic, now: float) -> tuple[set[int] | None, int]:
+        """The planes whose port can take a data packet, and how many packets
+        fit in all of them (every plane and TX_BUDGET without a port rate)."""
+        if not self.port_rate_bps:
+            return None, TX_BUDGET
+        room = 0.0
+        free = set()
+        for plane in self.book.planes:
+            left = self._headroom_s - max(0.0, nic.port_free.get(plane, now) - now)
+            if left > 0:
+                free.add(plane)
+                room += left
+        return free, max(1, min(TX_BUDGET, int(room / self._packet_s) + 1))
 
     def _receive(self, nic: Nic, now: float) -> int:
         count = 0

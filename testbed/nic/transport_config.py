@@ -34,8 +34,15 @@ class TransportConfig:
         verdict for that packet's EV is SKIP_ONCE. None disables the delay signal; an ECN
         CE mark reported by the runtime always yields SKIP_ONCE.
       always_skip_after: this many consecutive SKIP_ONCE-worthy packets on one EV make the
-        verdict ALWAYS_SKIP (the path is persistently bad, not merely busy).
+        verdict ALWAYS_SKIP (the path is persistently bad, not merely busy)...
+      always_skip_max_marked_share: ...unless at least this share of the QP's recent packets,
+        on all its EVs, were marked too: then the congestion is where its paths meet (an
+        incast's last hops), not on this path, and the verdict stays SKIP_ONCE.
       reverse_paths_per_plane: size of the responder's reverse EV set per plane.
+      host_backpressure: SACKs carry a receiver window penalty (rcv_cwnd_pen) for the share
+        of packets trimmed at the last hop into this host since the previous SACK, MRC's
+        "responder host backpressure" [P2 §II-D]: the one signal of an incast at the
+        receiver's own port where the last hop does not mark ECN.
       trim_nacks: answer a trimmed packet with NACK TRIMMED / TRIMMED_LASTHOP (the TRIM_NACK
         device capability, on by default in mrc.h); False drops it silently, as a responder
         without the capability would, and recovery falls to SACK holes and timers.
@@ -61,8 +68,10 @@ class TransportConfig:
     sack_on_message_end: bool = True
     skip_queueing_target_s: float | None = 1e-3
     always_skip_after: int = 8
+    always_skip_max_marked_share: float = 0.5
     reverse_paths_per_plane: int = 2
     trim_nacks: bool = True
+    host_backpressure: bool = True
     reorder_threshold: int = 3
     max_reorder_threshold: int = 256
     inferred_losses_to_fail: int = 2
@@ -86,6 +95,9 @@ class TransportConfig:
             yield f"skip_queueing_target_s must be > 0 or None, got {self.skip_queueing_target_s}"
         if self.always_skip_after < 1:
             yield f"always_skip_after must be >= 1, got {self.always_skip_after}"
+        if not 0 < self.always_skip_max_marked_share <= 1:
+            yield ("always_skip_max_marked_share must be in (0, 1], got "
+                   f"{self.always_skip_max_marked_share}")
         if self.reverse_paths_per_plane < 1:
             yield f"reverse_paths_per_plane must be >= 1, got {self.reverse_paths_per_plane}"
         if not 1 <= self.reorder_threshold <= self.max_reorder_threshold:

@@ -28,11 +28,13 @@ class AgentHandle:
     """One agent process: send commands, read events (a reader thread keeps
     stdout drained so the agent never blocks on a full pipe)."""
 
-    def __init__(self, host, addresses: Path, seed: int = 0) -> None:
+    def __init__(self, host, addresses: Path, seed: int = 0,
+                 port_rate_bps: float | None = None) -> None:
         self.name = host.name
+        rate = ['--port-rate-bps', repr(port_rate_bps)] if port_rate_bps else []
         self.proc = host.popen(
             [sys.executable, '-m', 'testbed.nic.agent', '--host', host.name,
-             '--addresses', str(addresses), '--seed', str(seed)],
+             '--addresses', str(addresses), '--seed', str(seed), *rate],
             cwd=str(REPO_ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, bufsize=1)
         self.events: queue.Queue[dict] = queue.Queue()
@@ -106,4 +108,4 @@ def start_agent(fab: FabricNet, host: str, seed: int = 0) -> AgentHandle:
         for (name, plane), port in fab.plan.host_ports.items():
             ports.setdefault(name, {})[plane] = port.address
         book.write_text(json.dumps(ports))
-    return AgentHandle(fab.net[host], book, seed)
+    return AgentHandle(fab.net[host], book, seed, fab.link_rate_bps)

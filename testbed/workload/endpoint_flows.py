@@ -61,7 +61,8 @@ class EndpointFlows:
         self.transport = transport
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
-        self.runtime = SocketRuntime(self.book, tap=self._count)
+        self.runtime = SocketRuntime(self.book, tap=self._count,
+                                     port_rate_bps=fab.link_rate_bps)
         self.profile = fabric_qp_profile(transport, fab.link_rate_bps,
                                          len(plan.planes),
                                          plan.longest_path_links,

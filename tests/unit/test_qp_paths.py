@@ -166,6 +166,22 @@ def test_ecn_marked_path_is_skipped_then_abandoned() -> None:
     assert all(e["packets_sent"] < mean_other / 2 for e in on_marked)
 
 
+def test_marks_on_every_path_are_congestion_not_a_bad_path() -> None:
+    # Where all of a QP's paths meet (an incast's last hops) every EV is
+    # marked: SKIP, but no EV is judged persistently bad and demoted.
+    pair = make_pair(mr_size=4 << 20)
+    data = payload(2 << 20, seed=7)
+    pair.qa.post_write(data, 0, RKEY)
+    loop = Loopback([pair.a, pair.b], rate_bps=1e9)
+    loop.ecn_paths.update(p for paths in pair.paths_ab.values() for p in paths)
+    loop.run(stop=done(pair.a))
+    assert pair.mr.buf[:len(data)] == data
+    snapshot = pair.qa.ev_snapshot()
+    assert sum(e["skips"] for e in snapshot) > 0
+    assert sum(e["always_skips"] for e in snapshot) == 0
+    assert pair.qa.stats()["ev_demotions"] == 0
+
+
 def test_queueing_delay_on_one_path_earns_skip_verdicts() -> None:
     pair = make_pair(mr_size=2 << 20)
     slow = pair.paths_ab[1][2]
@@ -189,3 +205,15 @@ def test_verdict_counters_are_reported_by_name() -> None:
     received = pair.qa.stats()["sack_verdicts_received"]
     assert set(sent) == {"NONE", "SKIP_ONCE", "ALWAYS_SKIP"}
     assert sent == received and sent["SKIP_ONCE"] > 0
+
+
+def test_data_leaves_only_on_ports_with_room() -> None:
+    # A NIC port that is still busy with what it holds takes no data: the
+    # runtime says which are free, and the QP sprays over those only.
+    pair = make_pair(mr_size=1 << 20)
+    pair.qa.post_write(payload(64 * 1024, seed=8), 0, RKEY)
+    assert pair.a.poll_tx(0.0, 64, free_planes=set()) == []
+    only_two = pair.a.poll_tx(0.0, 8, free_planes={2})
+    assert only_two and {out.plane for out in only_two} == {2}
+    both = pair.a.poll_tx(0.0, 8)
+    assert {out.plane for out in both} == {1, 2}

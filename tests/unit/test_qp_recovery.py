@@ -150,6 +150,31 @@ def test_trimmed_path_recovers_by_nack_and_skips_the_ev() -> None:
     assert pair.qa.counters.ev_demotions == 0                # trims skip, they do not demote
 
 
+def test_last_hop_trims_come_back_as_host_backpressure() -> None:
+    # An incast at the receiver's own port is trimmed there and marks nothing:
+    # the responder answers with a window penalty in its SACKs, and NSCC cuts.
+    pair = make_pair(cc_profile=nscc_profile())
+    data = payload(300 * P)
+    pair.qa.post_write(data, 0, RKEY)
+    loop = Loopback([pair.a, pair.b], rate_bps=1e9)
+    loop.trim_paths.add(pair.paths_ab[1][0])
+    loop.trim_last_hop = True
+    loop.run(stop=done(pair.a))
+    assert pair.mr.buf[:len(data)] == data
+    assert pair.qa.counters.nacks_received_by_reason["TRIMMED_LASTHOP"] == loop.trimmed > 0
+    assert pair.qa.cc.counters.penalty_count > 0
+    on_path = [e for e in pair.qa.ev_snapshot() if e["path"] == pair.paths_ab[1][0]]
+    assert sum(e["skips"] for e in on_path) == 0     # the path is fine: no EV steering
+    without = make_pair(cc_profile=nscc_profile(), transport_config=TransportConfig(
+        host_backpressure=False))
+    without.qa.post_write(data, 0, RKEY)
+    loop = Loopback([without.a, without.b], rate_bps=1e9)
+    loop.trim_paths.add(without.paths_ab[1][0])
+    loop.trim_last_hop = True
+    loop.run(stop=done(without.a))
+    assert without.qa.cc.counters.penalty_count == 0
+
+
 def test_reliability_probes_consume_no_psn_and_each_gets_a_sack() -> None:
     """Q11: 100 probes of an ASSUMED_BAD EV; PSN space untouched; one SACK per probe."""
     profile = EvTableConfig(active_count=16, backup_per_plane=4, probe_interval_s=1e-3,
