@@ -233,9 +233,11 @@ class Requester:
             route = self._pick(exclude, record.length, now)
             index = heapq.heappop(heap)
             if route is None:
-                blocked.append(index)         # only the failed EV is usable: wait
-                if len(blocked) >= 8 or not self._table.usable_active_count():
+                blocked.append(index)
+                if self._table is None:       # a pinned QP's one port is busy: wait
                     break
+                if len(blocked) >= 8 or not self._table.usable_active_count():
+                    break                     # only the failed EV, or busy ports: wait
                 continue
             self._transmit(now, record, route, True, out)
             sent += 1

@@ -74,6 +74,17 @@ def false_demotions(run: Any, plan: FabricPlan) -> int:
     return count
 
 
+def capacity_left(event: dict, paths: Iterable[Path]) -> float:
+    """The share of `paths` a fault event leaves untouched: what a transport
+    that sprays over all of them can still carry after it (1.0 for a fault
+    that touches none, or an event that is no fault)."""
+    paths = list(paths)
+    if not paths:
+        return 1.0
+    faulty = _faulty([event])
+    return sum(not _touches(p, faulty) for p in paths) / len(paths)
+
+
 def victim_summary(run: Any, reach_mbps: float) -> dict | None:
     """An incast's victim flow: its goodput, and that over what it could
     reach alone (`reach_mbps`: every plane's port for MRC, one path
@@ -94,7 +105,7 @@ def _faulty(events: Iterable[dict]) -> dict[str, set]:
                              'planes': set(), 'ports': set()}
     for e in events:
         kind = e.get('fault')
-        if kind in LINK_FAULTS:
+        if kind in LINK_FAULTS or kind == 'link_flap_down':
             found['links'].add(frozenset((e['a'], e['b'])))
         elif kind == 'switch_down':
             found['switches'].add(e['name'])

@@ -11,9 +11,11 @@ from pathlib import Path
 
 from testbed.fabric.faults.catalogue import disruptive as is_disruptive
 from testbed.fabric.usid_plan import FabricPlan
-from testbed.workload.congestion_metrics import (false_demotions, queueing_summary,
-                                                signals_summary, victim_summary)
-from testbed.workload.metrics import jain_index, percentile, recovery_time
+from testbed.workload.congestion_metrics import (capacity_left, false_demotions,
+                                                queueing_summary, signals_summary,
+                                                victim_summary)
+from testbed.workload.metrics import (RECOVERED_FRACTION, jain_index, percentile,
+                                      recovery_time)
 from testbed.workload.runner import BIN_S, TransportRun
 
 
@@ -43,17 +45,30 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
     failed = [f for f in run.flows if f.status == 'failed']
     steps = step_times(run)
     goodput = [b * 8 / BIN_S / 1e6 for b in run.goodput_bins]
-    # Recovery is measured after faults that take capacity away.
-    disruptive = [(at, kind) for at, kind in run.fault_times
-                  if is_disruptive(kind)]
+    # Recovery is measured after faults that take capacity away, back to
+    # 90% of what the fault leaves of the paths (a core switch takes an
+    # eighth of a 2-plane k=4 fat-tree's: 90% of the level before it would
+    # be more than the fabric can carry).
+    disruptive = [e for e in run.events if is_disruptive(e.get('fault', ''))]
+    paths = [p for pair in {(f.src, f.dst) for f in run.flows}
+             for p in plan.all_paths(*pair)] if plan else []
+    tail = _tail_start(run)
     recoveries = []
-    for i, (at, kind) in enumerate(disruptive):
-        end = disruptive[i + 1][0] if i + 1 < len(disruptive) else None
+    for i, event in enumerate(disruptive):
+        at = event['t']
+        end = disruptive[i + 1]['t'] if i + 1 < len(disruptive) else None
+        if tail is not None and tail > at:
+            # Once the last phase's flows start finishing, goodput falls for
+            # good whatever the fault did: the window ends there.
+            end = tail if end is None else min(end, tail)
         died = run.aborted_at is not None and run.aborted_at >= at
+        left = capacity_left(event, paths)
         # A job that died after the fault never recovered, whatever its
         # goodput did before it died.
-        recoveries.append({'fault': kind, 'at_s': at, 'recovery_s': None
-                           if died else recovery_time(goodput, BIN_S, at, end)})
+        recoveries.append({
+            'fault': event['fault'], 'at_s': at, 'capacity_left': round(left, 3),
+            'recovery_s': None if died else recovery_time(
+                goodput, BIN_S, at, end, RECOVERED_FRACTION * left)})
     plane_totals = [sum(run.plane_bins.get(p, [])) for p in planes]
     path_totals = [run.path_bytes.get(p, 0) for p in sorted(candidate_paths)]
     return {
@@ -82,6 +97,17 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         'false_demotions': false_demotions(run, plan) if plan else None,
         'victim': victim_summary(run, reach_mbps),
     }
+
+
+def _tail_start(run: TransportRun) -> float | None:
+    """When the workload's load starts to fall for good: the first flow of
+    its last phase to finish (None before any did)."""
+    if not run.flows:
+        return None
+    last = max(f.phase for f in run.flows)
+    ends = [f.finished for f in run.flows if f.phase == last
+            and f.finished is not None]
+    return min(ends) if ends else None
 
 
 def step_times(run: TransportRun) -> list[float]:
