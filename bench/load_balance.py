@@ -23,6 +23,8 @@ from bench.harness import (BenchContext, SectionResult, Trial, md_table,
                            rejected_note, retried_note, run_trial, scenario,
                            side_by_side, spread)
 from testbed.fabric.net import FabricNet
+from testbed.fabric.topo_spec import parse_topo_spec
+from testbed.workload.congestion_metrics import queueing_summary
 from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES,
                                             DATA_PAYLOAD_BYTES,
                                             SACK_FRAME_BYTES)
@@ -47,12 +49,18 @@ class Variant:
 
     @property
     def planes(self) -> int:
-        return int(self.topology.split('planes=')[1])
+        return int(parse_topo_spec(self.topology).kwargs()['planes'])
 
 
+NO_SIGNALS = ',mark=0,trim=0'
 VARIANTS = (
     Variant('1 plane', 'fattree,k=4,planes=1', PODS_0_AND_2),
     Variant('2 planes', 'fattree,k=4,planes=2', PODS_0_AND_2),
+    # The same two with switch ports that neither mark nor trim.
+    Variant('1 plane, no signals', 'fattree,k=4,planes=1' + NO_SIGNALS,
+            PODS_0_AND_2, ('mrc', 'ecmp')),
+    Variant('2 planes, no signals', 'fattree,k=4,planes=2' + NO_SIGNALS,
+            PODS_0_AND_2, ('mrc', 'ecmp')),
     # Where MRC lands when the links past the NICs are not all full.
     Variant('2 planes, 4 hosts', 'fattree,k=4,planes=2', ONE_PER_EDGE,
             ('mrc',)),
@@ -124,7 +132,10 @@ def measure(trial: Trial, v: Variant, senders: int) -> None:
     makespan = max(ends) - min(f.started for f in run.flows)
     fcts = [f.fct for f in run.flows if f.fct is not None]
     total = sum(f.delivered for f in run.flows)
+    queueing = queueing_summary(run) or {}
     trial.values.update(
+        queue_p50_targets=queueing.get('p50_targets'),
+        queue_p99_targets=queueing.get('p99_targets'),
         fraction=total * 8 / max(makespan, 1e-9) / ideal_bps,
         mean_flow_fraction=sum(f.delivered * 8 / max(
             (f.finished or run.elapsed_s) - f.started, 1e-9)
@@ -151,6 +162,8 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
             groups[label][transport] = frac
             rows.append((label, transport, frac.text('%.0f', 100, '%'),
                          spread(mine, 'mean_flow_fraction').text('%.0f', 100, '%'),
+                         spread(mine, 'queue_p50_targets').text('%.2f', unit='×'),
+                         spread(mine, 'queue_p99_targets').text('%.2f', unit='×'),
                          spread(mine, 'makespan_s').text('%.2f', unit=' s'),
                          spread(mine, 'fct_spread').text('%.2f', unit='×'),
                          '%d/%d' % (sum(t.values['completed'] for t in mine),
@@ -172,11 +185,15 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
         'Cross-pod permutation, %g MB per sender, %d repetitions (a new '
         'permutation each, the same for every transport). %s%s. Ideal: '
         'every sender at its NIC line rate (planes × %g Mbit/s); goodput '
-        'is payload bytes over the time until the last flow finished.'
+        'is payload bytes over the time until the last flow finished. The '
+        '*no signals* fabrics are the same with switch ports that neither '
+        'mark ECN nor trim; *queueing* is the delay NSCC measured over its '
+        'base RTT, in units of its target (quarter-target resolution).'
         % (size_mb, ctx.reps, rejected_note(every), retried_note(every),
            RATE_MBIT),
         md_table(['fabric', 'transport', 'goodput / ideal',
-                  'mean flow rate / ideal', 'last flow done', 'slowest / '
+                  'mean flow rate / ideal', "NSCC's queueing p50 / target",
+                  'p99 / target', 'last flow done', 'slowest / '
                   'fastest flow', 'all flows done'], rows),
         ratio,
         '![load balance](%s)' % ctx.link(image)])

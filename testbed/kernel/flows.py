@@ -69,5 +69,8 @@ class KernelFlows:
     def queueing_delay(self) -> tuple[list[int], float | None]:
         return [], None            # the kernel's CC keeps its own counsel
 
+    def transport_counters(self) -> dict[str, int]:
+        return {}
+
     def close(self) -> None:
         self.kernel.close()

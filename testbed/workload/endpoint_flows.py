@@ -31,6 +31,10 @@ from testbed.nic.qp import QueuePair
 from testbed.nic.socket_runtime import AddressBook, Nic, SocketRuntime
 
 DATA_OPCODES = range(0x06, 0x0C)
+REQUESTER_COUNTERS = ('packets_sent', 'retransmitted_packets', 'packet_timeouts',
+                      'retry_timeouts', 'nacks_received', 'ev_demotions',
+                      'probes_sent', 'probe_timeouts')
+RESPONDER_COUNTERS = ('packets_received', 'trimmed_received', 'nacks_sent')
 
 
 @dataclass
@@ -201,6 +205,16 @@ class EndpointFlows:
             total = [a + b for a, b in zip(total, hist)] if total else list(hist)
             target = cc.config.target_delay_s
         return total, target
+
+    def transport_counters(self) -> dict[str, int]:
+        """What every requester and responder of the run counted, summed."""
+        total: Counter[str] = Counter()
+        for conn in self.connections.values():
+            sent = conn.requester.stats()
+            total.update({k: sent[k] for k in REQUESTER_COUNTERS})
+            got = conn.responder.stats()
+            total.update({k: got[k] for k in RESPONDER_COUNTERS})
+        return dict(total)
 
     def deny(self, src: str, dst: str, carrier: str, denied: bool = True) -> int:
         """The control plane denies (or allows again) a path of a pair: the

@@ -96,6 +96,7 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         'queueing_delay': queueing_summary(run),
         'false_demotions': false_demotions(run, plan) if plan else None,
         'victim': victim_summary(run, reach_mbps),
+        'transport_counters': run.transport_counters,
     }
 
 

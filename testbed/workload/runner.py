@@ -74,6 +74,7 @@ class TransportRun:
     # NSCC's queueing-delay samples in quarters of its target (endpoints).
     delay_histogram: list[int] = field(default_factory=list)
     delay_target_s: float | None = None
+    transport_counters: dict[str, int] = field(default_factory=dict)
 
 
 def fabric_spec(topology: str, link_rate_mbit: float):
@@ -164,6 +165,7 @@ class TransportRunner:
         self.run.switch_series = switches.series
         self.run.delay_histogram, self.run.delay_target_s = \
             driver.queueing_delay()
+        self.run.transport_counters = driver.transport_counters()
         self.run.events += [dict(e, t=round(e['time'] - self.t0, 6))
                             for e in driver.ev_events()]
         for rec in records:

@@ -40,6 +40,10 @@ class Driver(Protocol):
     def queueing_delay(self) -> tuple[list[int], float | None]:
         """The congestion controller's delay samples (a histogram in
         quarters of its target) and that target; ([], None) without."""
+
+    def transport_counters(self) -> dict[str, int]:
+        """The transport's own counters over the run, summed over its
+        connections (packet timeouts, NACKs, ...); {} where it has none."""
     def close(self) -> None: ...
 
 
