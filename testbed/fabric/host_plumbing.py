@@ -36,12 +36,19 @@ PORT_DEFAULTS = {'forwarding': 1, 'seg6_enabled': 1, 'accept_ra': 0,
                  'mldv2_unsolicited_report_interval': 1}
 
 
+TCP_ECN_ON = 1           # request ECN on outgoing connections, accept it
+
+
 def prepare_namespace(pid: int) -> None:
     """Call before the host's links are made."""
     with inside(pid):
         for key, value in PORT_DEFAULTS.items():
             write_sysctl('net.ipv6.conf.default.' + key, value)
             write_sysctl('net.ipv6.conf.all.' + key, value)
+        # Kernel TCP and MPTCP ask for ECN, as MRC's packets are ECT: every
+        # transport meets the same marking fabric (ipv4 in name only: the
+        # knob is TCP's, over IPv6 too).
+        write_sysctl('net.ipv4.tcp_ecn', TCP_ECN_ON)
 
 
 def plumb_host(pid: int, ports: list[HostPort]) -> None:
