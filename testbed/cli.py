@@ -11,6 +11,7 @@ from pathlib import Path
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+CLI_DEFAULT_BW = 10.0     # Mbit/s, the default scenario's link rate
 
 
 class Terminated(BaseException):
@@ -73,7 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     cli.add_argument('--topo', default=None, metavar='SPEC',
                      help='e.g. fattree,k=4,planes=2 (the default)')
     cli.add_argument('--bw', type=float, default=None, metavar='MBIT',
-                     help='shape every link to MBIT Mbit/s')
+                     help='shape every link to MBIT Mbit/s (default: the '
+                     "SPEC's bw=, else %g, the default scenario's rate; 0: "
+                     'unshaped, no congestion control or signals)'
+                     % CLI_DEFAULT_BW)
     cli.set_defaults(func=cmd_cli)
     bench = sub.add_parser('bench', help='run the benchmarks (bench/) and '
                            'write BENCHMARKS.md with tables and plots')
@@ -207,8 +211,17 @@ def cmd_cli(args: argparse.Namespace) -> int:
                                           parse_topo_spec)
     text = args.topo or DEFAULT_SPEC     # --bw wins over a bw= in SPEC
     try:
-        spec = parse_topo_spec(text if args.bw is None
-                               else '%s,bw=%s' % (text, args.bw))
+        spec = parse_topo_spec(text)
+        # Shaped by default, as every scenario is: NSCC then has a rate to
+        # size on and the switch ports signal congestion; unshaped, the one
+        # datapath thread's drops stand in for congestion.
+        bw = args.bw if args.bw is not None else spec.kwargs().get(
+            'bw', CLI_DEFAULT_BW)
+        params = {k: v for k, v in spec.kwargs().items() if k != 'bw'}
+        if bw:
+            params['bw'] = bw
+        spec = parse_topo_spec(','.join([spec.name] + [
+            '%s=%s' % kv for kv in sorted(params.items())]))
     except TopoSpecError as err:
         return _usage_error(str(err))
     if (code := _need_root('cli')) is not None:

@@ -70,6 +70,59 @@ def plane_plot(path: Path, runs: list[TransportRun]) -> None:
     plt.close(fig)
 
 
+SIGNAL_LINKS = 16          # the busiest links the marks-and-trims plot shows
+
+
+def signals_plot(path: Path, runs: list[TransportRun]) -> bool:
+    """CE marks and trims per link over time (each transport's first
+    repetition, the busiest links); False when no run had signals."""
+    reps = [r for r in _first_reps(runs) if r.switch_series]
+    if not reps:
+        return False
+    fig, axes = plt.subplots(len(reps), 2, figsize=(11, 2.6 * len(reps) + 0.6),
+                             squeeze=False)
+    for row, run in zip(axes, reps):
+        times, per_link = _signal_rates(run)
+        links = sorted(per_link, key=lambda l: -sum(map(sum, per_link[l])))
+        links = links[:SIGNAL_LINKS]
+        for ax, kind, which in ((row[0], 'CE marks', 0), (row[1], 'trims', 1)):
+            grid = [[cell[which] for cell in per_link[l]] for l in links]
+            if grid and times:
+                image = ax.imshow(grid, aspect='auto', interpolation='nearest',
+                                  extent=(0, times[-1], len(links) - 0.5, -0.5),
+                                  cmap='inferno')
+                fig.colorbar(image, ax=ax, label='%s per s' % kind)
+            ax.set_yticks(range(len(links)), links, fontsize=6)
+            ax.set(title='%s: %s per link' % (run.transport, kind),
+                   xlabel='time (s)')
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _signal_rates(run: TransportRun) -> tuple[list[float],
+                                             dict[str, list[tuple[float, float]]]]:
+    """Sample times, and per link the (CE, trims) per second between them."""
+    series = run.switch_series
+    times = [t for t, _ in series]
+    per_link: dict[str, list[tuple[float, float]]] = {}
+    for (t0, before), (t1, after) in zip(series, series[1:]):
+        span = max(t1 - t0, 1e-9)
+        sums: dict[str, list[float]] = {}
+        for port, (ce, trims) in after.items():
+            if port not in run.port_links:
+                continue
+            name = '-'.join(sorted(run.port_links[port]))
+            ce0, trims0 = before.get(port, (0, 0))
+            cell = sums.setdefault(name, [0.0, 0.0])
+            cell[0] += (ce - ce0) / span
+            cell[1] += (trims - trims0) / span
+        for name, (ce, trims) in sums.items():
+            per_link.setdefault(name, []).append((ce, trims))
+    return times[1:], per_link
+
+
 def path_plot(path: Path, runs: list[TransportRun], paths: list[str]) -> None:
     reps = [r for r in _first_reps(runs) if r.path_bytes]
     if not reps or not paths:

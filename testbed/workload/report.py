@@ -68,9 +68,12 @@ def markdown(scenario, summary: dict[str, dict], plots: list[str],
         lines.append('| %s | %s |' % (transport, ' | '.join(
             _cell(n, m) for n in names[1:])))
     lines += ['', 'Recovery: seconds from each disruptive fault until goodput '
-              '(100 ms mean) is back to 90% of its level in the second before;'
-              ' "never" = not within the run. p50/p99 are training-step times '
-              'for collectives, flow completion times otherwise.', '']
+              '(100 ms mean) is back to 90% of what the fault left of its level '
+              'in the second before (a fault that takes an eighth of the paths '
+              'leaves seven eighths); "never" = not before the next fault or '
+              'the workload\'s tail. p50/p99 are training-step times for '
+              'collectives, flow completion times otherwise.', '']
+    lines += congestion_section(summary)
     notes = sorted({r for m in summary.values()
                     for r in m['health'].get('reasons', [])})
     if notes:
@@ -79,3 +82,49 @@ def markdown(scenario, summary: dict[str, dict], plots: list[str],
             'could not keep up or lacked a feature: read them as such.', '']
     lines += ['## Plots', ''] + ['![%s](%s)' % (p, p) for p in plots]
     return '\n'.join(lines) + '\n'
+
+
+CONGESTION_COLUMNS = ('transport', 'CE marks', 'trims', 'queue drops',
+                      'NSCC queueing p50 / p99', 'packet timeouts',
+                      'false demotions', 'incast victim')
+
+
+def congestion_section(summary: dict[str, dict]) -> list[str]:
+    """What the fabric signalled and what the transports saw of it."""
+    rows = [_congestion_row(t, m) for t, m in summary.items()]
+    signals = next((m['signals'] for m in summary.values() if m.get('signals')),
+                   None)
+    where = ('switch ports mark CE above %s B of queue (not on the last hop) '
+             'and trim above %s B' % (signals['mark_threshold_bytes'],
+                                     signals['trim_threshold_bytes'])
+             if signals else 'the switch ports signal nothing (no ECN, no '
+             'trimming): congestion shows as delay and loss')
+    return ['## Congestion', '', 'On this fabric the %s. Queueing is the '
+            'delay NSCC measured above its base RTT, against its target; a '
+            'false demotion is an EV demoted although no fault of the run '
+            'touched its path.' % where, '',
+            '| ' + ' | '.join(CONGESTION_COLUMNS) + ' |',
+            '|' + '---|' * len(CONGESTION_COLUMNS)] + [
+        '| ' + ' | '.join(row) + ' |' for row in rows] + ['']
+
+
+def _congestion_row(transport: str, m: dict) -> list[str]:
+    sig = m.get('signals') or {}
+    q = m.get('queueing_delay')
+    counters = m.get('transport_counters') or {}
+    victim = m.get('victim')
+    return [
+        transport, _count(sig.get('ce_marked')), _count(sig.get('trimmed')),
+        _count(sig.get('queue_drops')),
+        '-' if not q else '%s / %s ms (%s / %s × target %.1f ms)' % (
+            q['p50_ms'], q['p99_ms'], q['p50_targets'], q['p99_targets'],
+            q['target_ms']),
+        _count(counters.get('packet_timeouts')),
+        _count(m.get('false_demotions')),
+        '-' if not victim else 'never finished' if not victim['completed']
+        else '%.2f Mbit/s, %.0f%% of what it could reach' % (
+            victim['mbps'], 100 * victim['of_reach'])]
+
+
+def _count(value) -> str:
+    return '-' if value is None else '%d' % value

@@ -91,6 +91,7 @@ def write_results(out: Path, sc: Scenario, runs: list[TransportRun],
             (step_times(r) or [f.fct for f in r.flows if f.fct is not None])]
         for t in summary})
     plots.comparison_plot(out / 'comparison.png', summary)
+    plots.signals_plot(out / 'signals.png', runs)
     pictures = [p.name for p in sorted(out.glob('*.png'))]
     (out / 'report.md').write_text(markdown(sc, summary, pictures, meta))
     (out / 'table.txt').write_text(table(summary) + '\n')
