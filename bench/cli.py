@@ -64,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
         print('--quick figures are not for publishing: give --out DIR',
               file=sys.stderr)
         return 2
+    if args.out is None and not args.resume and \
+            tuple(args.sections) != SECTIONS:
+        # BENCHMARKS.md is every section from one run: a partial run writes
+        # its report beside its raw data instead of replacing it.
+        args.out = new_results_dir(REPO / 'results', 'bench-partial')
+        print('only %s: the report goes to %s, BENCHMARKS.md stays as it is'
+              % (', '.join(args.sections), args.out), file=sys.stderr)
     out = args.out or REPO
     images = out / 'docs' / 'images' if args.out is None else out / 'images'
     out.mkdir(parents=True, exist_ok=True)
