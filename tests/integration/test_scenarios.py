@@ -68,22 +68,21 @@ def test_link_failure_allreduce(tmp_path):
     summary, events, rows = run_quick('link_failure_allreduce', tmp_path,
                                       timeline=True)
     # Congestion is signalled, so it never stalls the healthy plane 2 for a
-    # packet timeout; only finding the dead link does, once, in the timeout
-    # that follows the fault (and the base RTTs its retransmissions take).
-    spec = 'fattree,k=4,planes=2'
+    # packet timeout. Only finding the dead link does: each QP whose paths
+    # cross it times out once on its first packets there (the all-reduce
+    # then waits at its barrier), which the EV events show as a timeout on
+    # a path through that link during the stall.
     rtt = base_rtt_s(10e6, 6)
     timeout = emulated_qp_profile(20e6, rtt).transport_config.packet_timeout_s
-    fault_t = next(e['t'] for e in events if e.get('fault') == 'link_down'
-                   and e['transport'] == 'mrc')
+    found_dead = [e['t'] for e in events if e['transport'] == 'mrc'
+                  and e.get('event') == 'ev_state' and e['new'] == 'ASSUMED_BAD'
+                  and e['reason'] == 'timeout'
+                  and crosses(e['path'], ('p1a0x0', 'p1c0'))]
     stalls = [(t, length) for t, length in zero_stretches(rows, 'mrc',
                                                          'plane2_mbps')
-              if length >= timeout and not fault_t <= t <= fault_t + timeout
-              + 2 * rtt]
-    assert stalls == [], (spec, stalls)
-    # RC and ECMP never recover while the link is down. MRC waits for its
-    # 0.2 s packet timer on each QP crossing the link, then for NSCC to
-    # regrow, step after step of the ring: 0.6-1.3 s measured in this quick
-    # run since the QP ACK timer stopped firing at 16.8 ms.
+              if length >= timeout and not any(
+                  t - rtt <= d <= t + length + 2 * rtt for d in found_dead)]
+    assert stalls == [], (stalls, found_dead)
     assert_mrc_rides_through(summary, recovery_bound_s=2.0)
     dead = ('p1a0x0', 'p1c0')
     for transport in ('rc', 'ecmp'):
