@@ -22,14 +22,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from testbed.nic.emulated_timescale import DATA_FRAME_BYTES
 from testbed.nic.endpoint import Endpoint
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.wire import UDP_PORT, build_inner, sport_flowlabel_to_ev
 
 IPPROTO_IPV6_IN_IPV6 = 41
-UDP_NO_CHECK6_RX = 102
+UDP_NO_CHECK6_RX = 102     # MRC carries its own CRC; the inner UDP sum is zero
 SO_SNDBUFFORCE = 32        # SO_SNDBUF beyond net.core.wmem_max (CAP_NET_ADMIN)
-TX_BUFFER_BYTES = 16 << 20     # MRC carries its own CRC; the inner UDP sum is zero
+TX_BUFFER_BYTES = 16 << 20
 IPV6_FLOWINFO = 11         # linux/in6.h: a cmsg with each packet's traffic class + flow label
 FLOWINFO_CMSG_SPACE = socket.CMSG_SPACE(4)
 FLOWINFO = struct.Struct('!I')   # ip6_flowinfo(): network order, version bits already zero
@@ -38,7 +39,6 @@ ECN_MASK = 0b11
 ECN_CE = 0b11              # RFC 3168: congestion experienced
 ECT0 = 0b10                # ... and ECN-capable transport (0)
 TX_BUDGET = 256            # packets taken from an endpoint per loop turn
-FRAME_BYTES = 1510         # a full MRC data packet on the wire
 OUTER_BYTES = 40 + 14      # what the kernel adds: outer IPv6, Ethernet
 HEADROOM_PACKETS = 2       # a pacing port holds this much beyond what is leaving...
 MIN_HEADROOM_S = 0.003     # ...and at least this: the loop wakes every IDLE_WAIT_S
@@ -110,8 +110,9 @@ class SocketRuntime:
                  tap: Callable[[float, Nic, Outgoing], None] | None = None,
                  port_rate_bps: float | None = None) -> None:
         """`port_rate_bps`: the NIC ports' line rate. With it, a port takes a
-        data packet only when what it already holds leaves within
-        PORT_HEADROOM, as a NIC transmits at its line rate: the packets a QP
+        data packet only when what it already holds leaves within a few
+        packet times (HEADROOM_PACKETS, at least MIN_HEADROOM_S), as a NIC
+        transmits at its line rate: the packets a QP
         may send wait in the NIC, not in the kernel's queue, where they would
         count as in flight and read as network queueing (NSCC's delay)."""
         self.book = book
@@ -119,7 +120,7 @@ class SocketRuntime:
         self.tap = tap           # sees every packet sent (tests, tracing)
         self.port_rate_bps = port_rate_bps
         if port_rate_bps:
-            packet_s = FRAME_BYTES * 8 / port_rate_bps
+            packet_s = DATA_FRAME_BYTES * 8 / port_rate_bps
             self._headroom_s = max(HEADROOM_PACKETS * packet_s, MIN_HEADROOM_S)
             self._packet_s = packet_s
         # poll, not select: a long-lived process may hold descriptors
