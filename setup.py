@@ -6,7 +6,6 @@ setup(
     description='Mininet-based emulation testbed for MRC (Multipath '
                 'Reliable Connection) over multi-plane SRv6 fabrics',
     python_requires='>=3.11',
-    packages=find_packages(include=['testbed', 'testbed.*', 'topologies',
-                                    'controller', 'bench']),
+    packages=find_packages(include=['testbed', 'testbed.*']),
     entry_points={'console_scripts': ['mrc-testbed=testbed.cli:main']},
 )

@@ -79,9 +79,9 @@ def _parser() -> argparse.ArgumentParser:
                      'unshaped, no congestion control or signals)'
                      % CLI_DEFAULT_BW)
     cli.set_defaults(func=cmd_cli)
-    bench = sub.add_parser('bench', help='run the benchmarks (bench/) and '
+    bench = sub.add_parser('bench', help='run the benchmarks (testbed/bench/) and '
                            'write BENCHMARKS.md with tables and plots')
-    from bench.cli import add_arguments
+    from testbed.bench.cli import add_arguments
     add_arguments(bench)
     bench.set_defaults(func=cmd_bench)
     clean = sub.add_parser('clean', help='remove everything of ours from '
@@ -240,7 +240,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     refused = _need_root('bench')
     if refused is not None:
         return refused
-    from bench.cli import run
+    from testbed.bench.cli import run
     return run(args)
 
 

@@ -14,11 +14,11 @@ from testbed.fabric import ovs, switch_port
 from testbed.fabric.features import ovs_datapath
 
 # Command lines of processes that only the testbed starts.
-OUR_PROCESSES = ('mininet:', '-m controller --plan', 'testbed.nic.agent')
+OUR_PROCESSES = ('mininet:', '-m testbed.controller --plan', 'testbed.nic.agent')
 OUR_NETNS_PREFIX = 'mrc'
 OUR_NFT_PREFIX = 'mrc_'
 WORKDIR_GLOB = '/tmp/mrc-fabric-*'
-# Switch names of topologies/ and their ports: a run killed before it tagged
+# Switch names of testbed/topologies/ and their ports: a run killed before it tagged
 # its links leaves these untagged.
 OUR_LINK_NAME = re.compile(r'^p\d+(c\d+|[ae]\d+x\d+|[ls]\d+)(-eth\d+)?$')
 

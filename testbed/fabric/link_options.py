@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.fabric import features
-from topologies.fattree import tc_link_params
+from testbed.topologies.fattree import tc_link_params
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,7 @@ class FabricNet:
         port = _free_tcp_port()
         log = open(self.workdir / 'controller.log', 'w')
         self.controller = subprocess.Popen(
-            [sys.executable, '-m', 'controller', '--plan', str(plan_file),
+            [sys.executable, '-m', 'testbed.controller', '--plan', str(plan_file),
              '--port', str(port), '--ready', str(self.workdir / 'ready.json')],
             cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from mininet.topo import Topo
 
-from topologies.fattree import MultiPlaneFatTree
-from topologies.leafspine import MultiPlaneLeafSpine
+from testbed.topologies.fattree import MultiPlaneFatTree
+from testbed.topologies.leafspine import MultiPlaneLeafSpine
 
 TOPOLOGIES: dict[str, type[Topo]] = {
     'fattree': MultiPlaneFatTree,

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.sections import SECTIONS
+from testbed.bench.sections import SECTIONS
 from tests.integration.leaks import leaked
 
 REPO = Path(__file__).resolve().parents[2]

@@ -87,7 +87,7 @@ def test_stock_mininet_builds_our_topology():
     # the bridges of this very topology if it did not.
     try:
         result = subprocess.run(
-            ['mn', '--custom', str(REPO / 'topologies/leafspine.py'),
+            ['mn', '--custom', str(REPO / 'testbed/topologies/leafspine.py'),
              '--topo', 'leafspine,leaves=2,spines=2,hosts=1,planes=2',
              '--switch', 'ovs,datapath=user', '--controller', 'none',
              '--test', 'none'], capture_output=True, text=True, timeout=300)

@@ -5,10 +5,10 @@ import argparse
 
 import pytest
 
-from bench.cli import parse_args, sections
-from bench.sections import SECTIONS
-from bench.harness import Spread, Trial, md_table, side_by_side, spread
-from bench.report import anchor
+from testbed.bench.cli import parse_args, sections
+from testbed.bench.sections import SECTIONS
+from testbed.bench.harness import Spread, Trial, md_table, side_by_side, spread
+from testbed.bench.report import anchor
 from testbed.workload.metrics import recovery_time
 from testbed.workload.runner import TransportRun
 
@@ -62,8 +62,8 @@ def test_recovery_after_capacity_loss_uses_what_is_left() -> None:
 
 
 def test_a_stopped_run_resumes_with_what_it_finished(tmp_path) -> None:
-    from bench.cli import keep, resumed
-    from bench.harness import SectionResult
+    from testbed.bench.cli import keep, resumed
+    from testbed.bench.harness import SectionResult
     keep(tmp_path, SectionResult('failover', 'Failover', '| a |\n', {'n': 1},
                                  12.5), '2026-11-29 22:35 UTC')
     raw, started, results = resumed(tmp_path)

@@ -10,7 +10,7 @@ from testbed.fabric.link_options import (FeatureMissing, LinkFeatures,
                                          LinkOptionError, LinkRequest,
                                          resolve, tclink_kwargs)
 from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
-from topologies import fattree, leafspine
+from testbed.topologies import fattree, leafspine
 
 FULL = LinkFeatures(netem=True, red_ecn=True)
 BARE = LinkFeatures(netem=False, red_ecn=False)   # like the development box

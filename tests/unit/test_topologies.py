@@ -1,8 +1,8 @@
 """The Topo classes: shape, names, plane separation (no root needed)."""
 import pytest
 
-from topologies.fattree import MultiPlaneFatTree
-from topologies.leafspine import MultiPlaneLeafSpine
+from testbed.topologies.fattree import MultiPlaneFatTree
+from testbed.topologies.leafspine import MultiPlaneLeafSpine
 
 
 def plane_of(topo, switch):

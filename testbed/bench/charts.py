@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench.harness import Spread  # noqa: E402
+from testbed.bench.harness import Spread  # noqa: E402
 from testbed.workload.transports import colour  # noqa: E402
 
 

@@ -18,8 +18,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from bench import charts
-from bench.harness import (BenchContext, SectionResult, Trial, goodput_mbps,
+from testbed.bench import charts
+from testbed.bench.harness import (BenchContext, SectionResult, Trial, goodput_mbps,
                            md_table, rejected_note, retried_note, run_trial,
                            scenario, spread)
 from testbed.fabric.net import FabricNet

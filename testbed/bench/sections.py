@@ -1,4 +1,4 @@
-"""The benchmark sections, in report order: one module of bench/ per
+"""The benchmark sections, in report order: one module of testbed/bench/ per
 section, named by its key, imported only when it runs (so that
 `mrc-testbed --help` loads neither matplotlib nor Mininet)."""
 

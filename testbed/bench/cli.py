@@ -1,4 +1,4 @@
-"""`mrc-testbed bench` / `python -m bench`: run the benchmark sections and
+"""`mrc-testbed bench` / `python -m testbed.bench`: run the benchmark sections and
 write BENCHMARKS.md with their tables and plots.
 
     mrc-testbed bench                          # everything, ~35 min
@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.sections import SECTIONS
+from testbed.bench.sections import SECTIONS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -57,8 +57,8 @@ def sections(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.harness import BenchContext
-    from bench.report import write_report
+    from testbed.bench.harness import BenchContext
+    from testbed.bench.report import write_report
     from testbed.workload.results import new_results_dir
     if args.quick and args.out is None:
         print('--quick figures are not for publishing: give --out DIR',
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     for key in todo:
         ctx.say(key, 'starting')
         t0 = time.monotonic()
-        result = importlib.import_module('bench.' + key).run(ctx)
+        result = importlib.import_module('testbed.bench.' + key).run(ctx)
         result.seconds = time.monotonic() - t0
         results.append(result)
         keep(raw, result, started)
@@ -121,7 +121,7 @@ def keep(raw: Path, result, started: str) -> None:
 
 
 def resumed(raw: Path) -> tuple[Path, str, list]:
-    from bench.harness import SectionResult
+    from testbed.bench.harness import SectionResult
     index = raw / 'sections.json'
     if not index.exists():
         raise SystemExit('mrc-testbed bench: %s has no sections.json: not '

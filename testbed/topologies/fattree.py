@@ -3,7 +3,7 @@
 Every host has one NIC port per plane; port p connects to an edge switch of
 plane p, and planes share no switch, as in MRC's multi-plane fabrics.
 
-    mn --custom topologies/fattree.py --topo fattree,k=4,planes=2 \
+    mn --custom testbed/topologies/fattree.py --topo fattree,k=4,planes=2 \
        --switch ovs,datapath=user,protocols=OpenFlow13 --controller remote
 
 Switch names show plane, tier, pod and index: ``p1c3`` (plane 1, core 3),

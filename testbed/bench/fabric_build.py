@@ -1,7 +1,7 @@
 """Fabric build / flow-install / plumbing / teardown times and memory.
 
-    .venv/bin/python bench/fabric_build.py
-    .venv/bin/python bench/fabric_build.py --repeat 3 fattree,k=4,planes=4
+    .venv/bin/python testbed/bench/fabric_build.py
+    .venv/bin/python testbed/bench/fabric_build.py --repeat 3 fattree,k=4,planes=4
 
 Prints one row per fabric (median of --repeat runs) and checks after each
 teardown that nothing of ours is left. Memory is the machine's in-use memory
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 if not __package__:            # run as a script: the repository is not on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from testbed.fabric import ovs  # noqa: E402
 from testbed.fabric.clean import leftovers  # noqa: E402

@@ -1,4 +1,4 @@
-"""Run the uSID controller: ``python -m controller --plan F [--port N] [--ready F]``.
+"""Run the uSID controller: ``python -m testbed.controller --plan F [--port N] [--ready F]``.
 
 Listens on 127.0.0.1 only: the switches are local and nothing else should
 be able to program the fabric.
@@ -10,7 +10,7 @@ import os
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog='python -m controller')
+    parser = argparse.ArgumentParser(prog='python -m testbed.controller')
     parser.add_argument('--plan', required=True, help='fabric plan JSON file')
     parser.add_argument('--port', type=int, default=6653)
     parser.add_argument('--ready', help='file listing the ready datapaths')
@@ -22,7 +22,7 @@ def main() -> None:
     from os_ken.base.app_manager import AppManager
     cfg.CONF(args=['--ofp-listen-host', '127.0.0.1',
                    '--ofp-tcp-listen-port', str(args.port)], project='os_ken')
-    AppManager.run_apps(['controller.usid_app'])
+    AppManager.run_apps(['testbed.controller.usid_app'])
 
 
 if __name__ == '__main__':

@@ -1,9 +1,9 @@
 """One MRC QP between two hosts over P planes whose links are shaped to
 R Mbit/s: achieved goodput as a fraction of P x R.
 
-    .venv/bin/python bench/endpoint_goodput.py                 # P = 1, 2, 4; R = 20
-    .venv/bin/python bench/endpoint_goodput.py --planes 2 --rate 50 --seconds 8
-    .venv/bin/python bench/endpoint_goodput.py --cc none      # MPR window only
+    .venv/bin/python testbed/bench/endpoint_goodput.py                 # P = 1, 2, 4; R = 20
+    .venv/bin/python testbed/bench/endpoint_goodput.py --planes 2 --rate 50 --seconds 8
+    .venv/bin/python testbed/bench/endpoint_goodput.py --cc none      # MPR window only
 
 Fabric: leafspine,leaves=2,spines=2,hosts=1,planes=P,bw=R; h1 -> h2 cross
 the spines, so each host port (R Mbit/s) is the bottleneck of its plane.
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from testbed.fabric.clean import leftovers  # noqa: E402
 from testbed.fabric.net import FabricNet  # noqa: E402

@@ -2,11 +2,11 @@
 where the emulation stops being faithful.
 
 - build / ready / teardown time and memory of fat-trees vs switch count
-  (bench/fabric_build.py's `measure`);
+  (testbed/bench/fabric_build.py's `measure`);
 - the fabric's packet capacity: MTU-sized SRv6 packets between two hosts of
   an unshaped fabric at increasing rates, counted at the hosts' ports, on a
   small leaf-spine and on the fat-tree of the fidelity sweep;
-- packets/s of the endpoint core on one core (bench/endpoint_core.py);
+- packets/s of the endpoint core on one core (testbed/bench/endpoint_core.py);
 - MRC permutation traffic at increasing link rates: goodput, and the
   emulator-health verdict of every trial.
 """
@@ -29,10 +29,10 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench import charts, endpoint_core  # noqa: E402
-from bench.fabric_build import (measure as measure_build,  # noqa: E402
+from testbed.bench import charts, endpoint_core  # noqa: E402
+from testbed.bench.fabric_build import (measure as measure_build,  # noqa: E402
                                 vswitchd_pid)
-from bench.harness import (BenchContext, SectionResult, md_table,  # noqa: E402
+from testbed.bench.harness import (BenchContext, SectionResult, md_table,  # noqa: E402
                            run_trial, scenario)
 from testbed.fabric.features import ovs_datapath  # noqa: E402
 from testbed.fabric.net import FabricNet  # noqa: E402
@@ -509,7 +509,7 @@ def endpoint_text(endpoint: dict) -> str:
     return '\n\n'.join([
         '### Endpoint packets/s per core',
         COMMAND,
-        f"The sans-IO endpoint core (`bench/endpoint_core.py`): one "
+        f"The sans-IO endpoint core (`testbed/bench/endpoint_core.py`): one "
         f"{endpoint['size_mib']} MiB WRITE between two QPs in one process over "
         f"the in-process loopback, 2 planes × 4 paths, no loss; every packet "
         f"encoded, CRC-checked, decoded, placed and acknowledged. Median (and "

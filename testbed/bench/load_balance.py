@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench import charts
-from bench.harness import (BenchContext, SectionResult, Trial, md_table,
+from testbed.bench import charts
+from testbed.bench.harness import (BenchContext, SectionResult, Trial, md_table,
                            rejected_note, retried_note, run_trial, scenario,
                            side_by_side, spread)
 from testbed.fabric.net import FabricNet

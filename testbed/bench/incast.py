@@ -8,8 +8,8 @@ and on one whose ports do not, side by side.
 """
 from __future__ import annotations
 
-from bench import charts
-from bench.harness import (BenchContext, SectionResult, Trial, md_table,
+from testbed.bench import charts
+from testbed.bench.harness import (BenchContext, SectionResult, Trial, md_table,
                            rejected_note, retried_note, run_trial, scenario,
                            side_by_side, spread, throughput_mbps)
 from testbed.fabric.net import FabricNet

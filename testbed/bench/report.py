@@ -10,8 +10,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.harness import SectionResult
-from bench.sections import SECTIONS
+from testbed.bench.harness import SectionResult
+from testbed.bench.sections import SECTIONS
 
 
 def machine() -> str:
@@ -91,7 +91,7 @@ def write_report(path: Path, results: Sequence[SectionResult], started: str,
 def limits(key: str) -> str:
     """The section's own explanation of what bounds its figures, if it
     keeps it apart from the figures (section 5 writes it from them)."""
-    text = getattr(importlib.import_module('bench.' + key), 'LIMITS', '')
+    text = getattr(importlib.import_module('testbed.bench.' + key), 'LIMITS', '')
     return '\n\n' + ' '.join(text.split()) if text else ''
 
 

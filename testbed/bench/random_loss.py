@@ -6,8 +6,8 @@ the same transport's loss-free throughput, measured in the same run.
 """
 from __future__ import annotations
 
-from bench import charts
-from bench.harness import (BenchContext, SectionResult, Trial,
+from testbed.bench import charts
+from testbed.bench.harness import (BenchContext, SectionResult, Trial,
                            md_table, rejected_note, retried_note, run_trial,
                            scenario, side_by_side, spread, throughput_mbps)
 from testbed.fabric.net import FabricNet

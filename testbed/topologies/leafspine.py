@@ -4,7 +4,7 @@ Each plane has `leaves` leaf (T0) and `spines` spine (T1) switches, every
 leaf wired to every spine; `hosts` hosts hang off each leaf position and have
 one NIC port per plane.
 
-    mn --custom topologies/leafspine.py \
+    mn --custom testbed/topologies/leafspine.py \
        --topo leafspine,leaves=4,spines=4,hosts=2,planes=4 \
        --switch ovs,datapath=user,protocols=OpenFlow13 --controller remote
 

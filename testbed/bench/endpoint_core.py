@@ -1,9 +1,9 @@
 """Packets per second of the sans-IO endpoint core on one CPU core.
 
-    python bench/endpoint_core.py                    # 5 runs of one 8 MiB WRITE
-    python bench/endpoint_core.py --size 32 --repeat 3
-    python bench/endpoint_core.py --profile          # cProfile of one run, top functions
-    python bench/endpoint_core.py --cc nscc          # with NSCC congestion control running
+    python testbed/bench/endpoint_core.py                    # 5 runs of one 8 MiB WRITE
+    python testbed/bench/endpoint_core.py --size 32 --repeat 3
+    python testbed/bench/endpoint_core.py --profile          # cProfile of one run, top functions
+    python testbed/bench/endpoint_core.py --cc nscc          # with NSCC congestion control running
 
 Same set-up as tests/unit/test_qp_throughput.py: sender and receiver in one in-process
 loopback, no loss, 2 planes x 4 paths, 128 active EVs. Every data packet is encoded (CRC
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 if not __package__:            # run as a script: the repository is not on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig  # noqa: E402
 from testbed.nic.ev_table import EvTableConfig  # noqa: E402
