@@ -66,11 +66,15 @@ if [ ! -x "$venv/bin/python" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
 stamp="$venv/.requirements.sha256"
-want=$(cat "$repo/requirements.txt" "$repo/setup.py" | sha256sum | cut -d' ' -f1)
+want=$(cat "$repo/requirements.txt" "$repo/requirements-test.txt" "$repo/pyproject.toml" \
+  | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python dependencies"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$repo/requirements.txt" 2>&1 \
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$repo/requirements.txt" \
+    -r "$repo/requirements-test.txt" 2>&1 \
     | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+  # Editable from pyproject.toml (PEP 660): setuptools >= 64, which pip
+  # fetches for the build (Debian 12's venv has 66.1).
   "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e "$repo"
   echo "$want" > "$stamp"
 fi

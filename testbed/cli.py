@@ -8,10 +8,17 @@ import signal
 import sys
 from pathlib import Path
 
+from testbed import __version__
+from testbed.fabric import verbosity
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CLI_DEFAULT_BW = 10.0     # Mbit/s, the default scenario's link rate
+DEFAULT_SCENARIO = 'scenarios/link_failure_allreduce.yaml'
+
+
+class UsageError(Exception):
+    """Bad input (a scenario, a spec): its message, and exit status 2."""
 
 
 class Terminated(BaseException):
@@ -25,9 +32,12 @@ def _on_sigterm(signum: int, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    verbosity.set_level(verbosity.level_for(args.verbose, args.quiet))
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return args.func(args)
+    except UsageError as err:
+        return _usage_error(str(err))
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
         return 130
@@ -40,6 +50,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='mrc-testbed', description='Emulation testbed for MRC over '
         'multi-plane SRv6 fabrics of Open vSwitch bridges.')
+    parser.add_argument('--version', action='version',
+                        version='%(prog)s ' + __version__)
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument('-v', '--verbose', action='count', default=0,
+                          help="Mininet's log level info (-vv: debug); "
+                          'default: warning')
+    loudness.add_argument('-q', '--quiet', action='count', default=0,
+                          help="Mininet's log level error (-qq: critical), "
+                          'and no progress lines')
     sub = parser.add_subparsers(required=True, metavar='COMMAND')
     doctor = sub.add_parser('doctor', help='what this machine can emulate')
     doctor.add_argument('--json', action='store_true')
@@ -57,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser('run', help='run a scenario file and write '
                          'results/<scenario>/<UTC time>/')
     run.add_argument('scenario', nargs='?', metavar='SCENARIO',
-                     default='scenarios/link_failure_allreduce.yaml',
+                     default=DEFAULT_SCENARIO,
                      help='scenario YAML (default: %(default)s)')
     run.add_argument('--transport', action='append', default=None,
                      choices=TRANSPORT_NAMES,
@@ -68,6 +87,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument('--quick', action='store_true',
                      help="the scenario's short form (its quick: section)")
     run.set_defaults(func=cmd_run)
+    check = sub.add_parser('check', help='validate a scenario file as run '
+                           'does, and nothing else (no root, no fabric)')
+    check.add_argument('scenario', metavar='SCENARIO')
+    check.set_defaults(func=cmd_check)
+    plan = sub.add_parser('plan', help="a topology's switches, ports, uSIDs "
+                          "and every path's carrier (no root, no fabric)")
+    plan.add_argument('--topo', default=None, metavar='SPEC',
+                      help='e.g. fattree,k=4,planes=2 (the default)')
+    plan.add_argument('--json', action='store_true',
+                      help="for tools; also the controller's --plan file")
+    plan.set_defaults(func=cmd_plan)
     cli = sub.add_parser('cli', help='build a fabric and open Mininet\'s '
                          'CLI on it, with MRC commands (paths, write, evs, '
                          'fail, ...)')
@@ -131,7 +161,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from testbed.fabric.net import FabricError
     from testbed.fabric.verify import verify
     if not args.json:
-        print('building %s ...' % spec, file=sys.stderr)
+        _progress('building %s ...' % spec)
     try:
         report = verify(spec, down)
     except FabricError as err:
@@ -175,12 +205,60 @@ def _print_verify(report) -> None:
     print('result         %s' % ('PASS' if report.ok else 'FAIL'))
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _progress(line: str) -> None:
+    """A progress line on stderr, unless -q."""
+    if verbosity.shows('warning'):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _load_scenario(path: str):
+    """The validated scenario; a refusal is a UsageError, the same for run
+    and check."""
     from testbed.workload.scenario import ScenarioError, load_scenario
+    if path == DEFAULT_SCENARIO and not Path(path).exists():
+        raise UsageError('no SCENARIO given and the default, %s, is not under '
+                         "%s: name a scenario file (the source's scenarios/ "
+                         'holds the shipped ones)' % (path, Path.cwd()))
     try:
-        scenario = load_scenario(args.scenario)
+        return load_scenario(path)
     except ScenarioError as err:
+        raise UsageError(str(err)) from None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    scenario = _load_scenario(args.scenario)
+    print('%s: ok: %s' % (args.scenario, _scenario_line(scenario)))
+    return EXIT_OK
+
+
+def _scenario_line(sc) -> str:
+    quick = ', quick form %g s' % sc.quick.duration_s if sc.quick else ''
+    return '%s, %s at %g Mbit/s, %s workload, %d fault%s, %s, %g s%s' % (
+        sc.name, sc.topology, sc.link_rate_mbit, sc.workload.type,
+        len(sc.faults), '' if len(sc.faults) == 1 else 's',
+        '/'.join(sc.transports), sc.duration_s, quick)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from testbed.fabric.topo_spec import (DEFAULT_SPEC, TopoSpecError,
+                                          parse_topo_spec)
+    from testbed.fabric.usid_plan import FabricPlan
+    from testbed.shell.plan_view import plan_document, plan_text
+    try:
+        spec = parse_topo_spec(args.topo or DEFAULT_SPEC)
+        plan = FabricPlan.from_topo(spec.build())
+    except (TopoSpecError, ValueError) as err:
         return _usage_error(str(err))
+    if args.json:
+        json.dump(plan_document(spec, plan), sys.stdout, indent=1)
+        print()
+    else:
+        sys.stdout.writelines(plan_text(spec, plan))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenario = _load_scenario(args.scenario)
     if (code := _need_root('run')) is not None:
         return code
     from testbed.fabric.link_options import (FeatureMissing, LinkOptionError,
@@ -198,7 +276,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     transports = tuple(args.transport) if args.transport else None
     out, summary = run_scenario(
         scenario, Path(args.out), transports, args.quick, args.seed,
-        progress=lambda line: print(line, file=sys.stderr, flush=True))
+        progress=_progress)
     print(table(summary))
     print('\nresults: %s (report.md, summary.json, timeline.csv, '
           'events.jsonl, plots)' % out)

@@ -18,9 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from testbed import checkout
 from testbed.bench.sections import SECTIONS
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,14 +63,19 @@ def run(args: argparse.Namespace) -> int:
         print('--quick figures are not for publishing: give --out DIR',
               file=sys.stderr)
         return 2
+    repo = checkout.checkout()
+    if repo is None and args.out is None:
+        print('this is an installed copy, with no checkout whose BENCHMARKS.md '
+              'a run could rewrite: give --out DIR', file=sys.stderr)
+        return 2
     if args.out is None and not args.resume and \
             tuple(args.sections) != SECTIONS:
         # BENCHMARKS.md is every section from one run: a partial run writes
         # its report beside its raw data instead of replacing it.
-        args.out = new_results_dir(REPO / 'results', 'bench-partial')
+        args.out = new_results_dir(repo / 'results', 'bench-partial')
         print('only %s: the report goes to %s, BENCHMARKS.md stays as it is'
               % (', '.join(args.sections), args.out), file=sys.stderr)
-    out = args.out or REPO
+    out = args.out or repo
     images = out / 'docs' / 'images' if args.out is None else out / 'images'
     out.mkdir(parents=True, exist_ok=True)
     ctx = BenchContext(args.quick, out, images)
@@ -79,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         raw, started, results = resumed(args.resume)
     else:
         raw = new_results_dir(out / 'results' if args.out else
-                              REPO / 'results', 'bench')
+                              repo / 'results', 'bench')
         started = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
         results = []
     done = {r.key for r in results}

@@ -28,7 +28,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
-from testbed.fabric import ovs, signals
+from testbed.fabric import ovs, signals, verbosity
 from testbed.fabric.features import ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.probe import PathProber
@@ -110,7 +110,7 @@ class FabricNet:
         self.stop()
 
     def start(self) -> None:
-        setLogLevel(os.environ.get('MRC_MININET_LOG', 'warning'))
+        setLogLevel(verbosity.level())     # the command's -v / -q
         self.lock.acquire()
         self.workdir = Path(tempfile.mkdtemp(prefix='mrc-fabric-'))
         ovs.ensure_running()

@@ -39,13 +39,13 @@ from pathlib import Path
 
 from pyroute2 import IPRoute, NetNS
 
+from testbed import checkout
 from testbed.fabric.bpf_maps import PinnedMap
 from testbed.nic import wire
 
 SOURCE = Path(__file__).with_name('switch_port.c')
 REPO = Path(__file__).resolve().parents[2]
-# build/ is gitignored; MRC_TESTBED_BUILD_DIR moves it (a read-only checkout, say).
-BUILD_DIR = Path(os.environ.get('MRC_TESTBED_BUILD_DIR', str(REPO / 'build'))) / 'bpf'
+BUILD_DIR = checkout.build_dir() / 'bpf'
 CFLAGS = ('-O2', '-g', '-Wall', '-Werror', '-target', 'bpf')
 
 BPFFS = Path('/sys/fs/bpf')

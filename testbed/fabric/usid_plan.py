@@ -180,13 +180,15 @@ class FabricPlan:
                     parents[nxt].append(node)
         return sorted(_unwind(parents, last))
 
-    def to_json(self) -> str:
+    def to_dict(self) -> dict:
         """What the controller process needs to compute its tables."""
-        return json.dumps({
-            'switches': [asdict(s) for s in self.switches.values()],
-            'hosts': list(self.hosts),
-            'host_ports': [asdict(p) for p in self.host_ports.values()],
-            'links': [asdict(l) for l in self.links]})
+        return {'switches': [asdict(s) for s in self.switches.values()],
+                'hosts': list(self.hosts),
+                'host_ports': [asdict(p) for p in self.host_ports.values()],
+                'links': [asdict(l) for l in self.links]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str) -> 'FabricPlan':

@@ -25,6 +25,7 @@ from mininet.util import quietRun
 from testbed.fabric.net import FabricError, FabricNet
 from testbed.fabric.probe import PathProber
 from testbed.fabric.run_lock import FabricBusy
+from testbed.fabric import verbosity
 from testbed.fabric.topo_spec import TopoSpec
 from testbed.fabric.usid_plan import carrier_usids
 from testbed.shell.text import (MIB, CliError, mib, ms, number, one_line,
@@ -520,7 +521,7 @@ def run_cli(spec: TopoSpec) -> int:
     output('building %s ...\n' % spec)
     try:
         _start(fab)
-        setLogLevel('output')       # FabricNet quiets Mininet; the CLI talks
+        setLogLevel(verbosity.at_least('output'))   # the CLI talks
         transfers = Transfers(fab)
         output('%s: %d hosts, %d switches, %d planes, built in %.1f s; MRC '
                'agents start on first use.\n%s' % (

@@ -17,7 +17,7 @@ ALLOWED = {
     'testbed.topologies': (),
     # The switch ports trim and classify MRC packets (the wire format) and set
     # their thresholds from NSCC's target (the emulated timescale).
-    'testbed.fabric': ('testbed.topologies', 'testbed.nic'),
+    'testbed.fabric': ('testbed.topologies', 'testbed.nic', 'testbed.checkout'),
     'testbed.controller': ('testbed.fabric',),
     'testbed.mrc_ctl': ('testbed.nic', 'testbed.fabric.usid_plan'),
     'testbed.kernel': ('testbed.fabric', 'testbed.nic'),
@@ -26,9 +26,11 @@ ALLOWED = {
     'testbed.shell': ('testbed.fabric', 'testbed.nic', 'testbed.mrc_ctl',
                       'testbed.workload'),
     'testbed.bench': ('testbed.fabric', 'testbed.nic', 'testbed.mrc_ctl',
-                      'testbed.kernel', 'testbed.workload'),
+                      'testbed.kernel', 'testbed.workload', 'testbed.checkout'),
     'testbed.cli': ('testbed', 'testbed.bench'),
-    'testbed': (),          # the package itself (empty __init__)
+    # Where the source checkout is (stdlib only): what is written beside it.
+    'testbed.checkout': (),
+    'testbed': (),          # the package itself (its __init__: the version)
 }
 
 
