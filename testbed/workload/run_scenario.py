@@ -19,6 +19,8 @@ from testbed.workload.model import Scenario
 from testbed.workload.transports import TRANSPORTS
 from testbed.workload.workloads import build_workload
 
+SUMMARY_SCHEMA_VERSION = 1
+
 
 def run_scenario(scenario: Scenario, results_root: Path,
                  transports: tuple[str, ...] | None = None,
@@ -73,12 +75,21 @@ def sc_pairs(runs: list[TransportRun]) -> set[tuple[str, str]]:
     return {(f.src, f.dst) for run in runs for f in run.flows}
 
 
+def summary_document(sc: Scenario, summary: dict, meta: dict) -> dict:
+    """summary.json: its fields are docs/results.md's, its JSON Schema
+    docs/schemas/summary.schema.json (`SUMMARY_SCHEMA_VERSION` is its
+    version: one more for a change a reader of the old fields would
+    misread, such as a field removed, renamed or given a new meaning)."""
+    return {'schema_version': SUMMARY_SCHEMA_VERSION,
+            'scenario': sc.name, 'topology': sc.topology,
+            'link_rate_mbit': sc.link_rate_mbit, 'seed': sc.seed, **meta,
+            'transports': summary}
+
+
 def write_results(out: Path, sc: Scenario, runs: list[TransportRun],
                   summary: dict, meta: dict) -> None:
-    (out / 'summary.json').write_text(json.dumps({
-        'scenario': sc.name, 'topology': sc.topology,
-        'link_rate_mbit': sc.link_rate_mbit, 'seed': sc.seed, **meta,
-        'transports': summary}, indent=2, default=str))
+    (out / 'summary.json').write_text(json.dumps(
+        summary_document(sc, summary, meta), indent=2, default=str))
     write_timeline(out / 'timeline.csv', runs)
     write_events(out / 'events.jsonl', runs)
     title = '%s (%s)' % (sc.name, sc.topology)

@@ -53,6 +53,19 @@ def test_bad_input_is_refused_before_anything_is_built():
     assert spotless()
 
 
+def test_verbosity_is_mininets_log_level():
+    small = ['verify', '--topo', 'leafspine,leaves=2,spines=1,hosts=1']
+    default, quiet, verbose = run(*small), run('-q', *small), run('-v', *small)
+    assert default.returncode == quiet.returncode == verbose.returncode == 0
+    # Mininet says what it builds at info; by default only our progress line.
+    assert default.stderr.startswith('building ') and '***' not in default.stderr
+    assert quiet.stderr == ''
+    assert '*** Creating network' in verbose.stderr
+    for result in (default, quiet, verbose):    # the report itself is the same
+        assert result.stdout.rstrip().endswith('result         PASS')
+    assert spotless()
+
+
 def test_clean_after_sigkill_leaves_a_spotless_machine():
     proc = subprocess.Popen(CLI + ['verify', '--topo', 'fattree,k=4,planes=2'],
                             cwd=REPO, stdout=subprocess.DEVNULL,

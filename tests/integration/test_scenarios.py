@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from testbed.nic.emulated_timescale import base_rtt_s, emulated_qp_profile
@@ -15,6 +16,7 @@ from testbed.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((REPO / 'scenarios').glob('*.yaml'))
+SUMMARY_SCHEMA = json.loads((REPO / 'docs/schemas/summary.schema.json').read_text())
 OUTPUTS = {'scenario.yaml', 'summary.json', 'timeline.csv', 'events.jsonl',
            'report.md', 'goodput.png', 'planes.png', 'completion_cdf.png',
            'comparison.png', 'signals.png'}
@@ -25,6 +27,9 @@ def run_quick(name, tmp_path, timeline=False):
     out, summary = run_scenario(scenario, tmp_path, quick=True,
                                 progress=lambda line: None)
     assert OUTPUTS <= {p.name for p in out.iterdir()}
+    # What a tool reading summary.json may rely on (docs/results.md).
+    jsonschema.validate(json.loads((out / 'summary.json').read_text()),
+                        SUMMARY_SCHEMA, jsonschema.Draft202012Validator)
     events = [json.loads(line) for line in
               (out / 'events.jsonl').read_text().splitlines()]
     if timeline:
