@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as err:
         return _usage_error(str(err))
+    except BrokenPipeError:
+        # The reader left (`plan | head`): say nothing more, as cat would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
         return 130

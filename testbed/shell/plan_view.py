@@ -31,12 +31,11 @@ def plan_document(spec: TopoSpec, plan: FabricPlan) -> dict:
 
 
 def plan_text(spec: TopoSpec, plan: FabricPlan) -> Iterator[str]:
-    """The plan as text, one chunk (a line or a table) at a time: a large
-    fabric has hundreds of thousands of paths."""
+    """The plan as text, a line or a table at a time."""
     paths = every_path(plan)
-    yield '%s: %d planes, %d switches, %d hosts (%d ports), %d links\n' % (
-        spec, len(plan.planes), len(plan.switches), len(plan.hosts),
-        len(plan.host_ports), len(plan.links))
+    yield '%s: planes %s, %d switches, %d hosts (%d ports), %d links\n' % (
+        spec, ' '.join(map(str, plan.planes)), len(plan.switches),
+        len(plan.hosts), len(plan.host_ports), len(plan.links))
     yield '\nswitches (uSID: tier nibble, index)\n'
     yield table(('switch', 'plane', 'tier', 'uSID', 'dpid', 'ports'), [
         (s.name, s.plane, s.tier, '%04x' % s.usid, '%016x' % s.dpid,

@@ -111,8 +111,8 @@ def test_plan_text_lists_switches_ports_and_every_path():
     result = run('plan', '--topo', 'leafspine,leaves=2,spines=2,hosts=1,planes=2')
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert out.startswith('leafspine,hosts=1,leaves=2,planes=2,spines=2: 2 '
-                          'planes, 8 switches, 2 hosts (4 ports), 8 links\n')
+    assert out.startswith('leafspine,hosts=1,leaves=2,planes=2,spines=2: planes '
+                          '1 2, 8 switches, 2 hosts (4 ports), 8 links\n')
     assert 'p1l0    1      leaf   1000  0000000101000000  1:p1s0 2:p1s1 3:h1' in out
     assert 'h2    2      h2-p2  8002  fd00:0:0:2::2  fcbb:bb02:8002::  p2l1:3' in out
     paths = out.split('\npaths (')[1].strip().split('\n')[2:]
@@ -139,6 +139,13 @@ def test_plan_json_is_the_controllers_plan_and_every_path():
         assert plane == path['plane']
         assert usids == [usid[s] for s in path['switches']] + [
             ports[(path['dst'], plane)]]
+
+
+def test_plan_into_a_pipe_that_closes_early():
+    proc = subprocess.run(' '.join(CLI + ['plan', '|', 'head', '-1']),
+                          shell=True, capture_output=True, text=True, cwd=REPO)
+    assert proc.stdout.startswith('fattree,k=4,planes=2: planes 1 2')
+    assert proc.stderr == ''
 
 
 @pytest.mark.parametrize('spec,message', [
