@@ -7,10 +7,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed import __version__
 from testbed.fabric import verbosity
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
+
+if TYPE_CHECKING:
+    from testbed.workload.model import Scenario
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CLI_DEFAULT_BW = 10.0     # Mbit/s, the default scenario's link rate
@@ -215,7 +219,7 @@ def _progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def _load_scenario(path: str):
+def _load_scenario(path: str) -> 'Scenario':
     """The validated scenario; a refusal is a UsageError, the same for run
     and check."""
     from testbed.workload.scenario import ScenarioError, load_scenario
@@ -235,7 +239,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _scenario_line(sc) -> str:
+def _scenario_line(sc: 'Scenario') -> str:
     quick = ', quick form %g s' % sc.quick.duration_s if sc.quick else ''
     return '%s, %s at %g Mbit/s, %s workload, %d fault%s, %s, %g s%s' % (
         sc.name, sc.topology, sc.link_rate_mbit, sc.workload.type,
