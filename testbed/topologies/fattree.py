@@ -6,7 +6,7 @@ plane p, and planes share no switch, as in MRC's multi-plane fabrics.
     sudo mn --custom testbed/topologies/fattree.py --topo fattree,k=4,planes=2 \
        --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow13
 
-(`testbed.topologies.stock_mn` says what mrc controller and hosts do.)
+(`testbed.topologies.stock_mn` says what the mrc controller and hosts do.)
 
 Switch names show plane, tier, pod and index: ``p1c3`` (plane 1, core 3),
 ``p1a0x1`` (plane 1, pod 0, aggregation 1), ``p1e0x1`` (edge). Host port on

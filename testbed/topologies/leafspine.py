@@ -8,7 +8,7 @@ one NIC port per plane.
        --topo leafspine,leaves=4,spines=4,hosts=2,planes=4 \
        --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow13
 
-(`testbed.topologies.stock_mn` says what mrc controller and hosts do.)
+(`testbed.topologies.stock_mn` says what the mrc controller and hosts do.)
 
 Names: ``p2l0`` (plane 2, leaf 0), ``p2s3`` (plane 2, spine 3), host port on
 plane p is ``h<n>-p<p>``.
