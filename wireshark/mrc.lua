@@ -8,13 +8,17 @@
 -- so they are not shown (`mrc-testbed` prints the plan).
 --
 -- Registered on UDP port 4791 (the RoCEv2 port, which MRC uses), where it replaces the
--- stock InfiniBand/RoCE dissector; `--disable-protocol mrc` (or Analyze > Enabled
--- Protocols) gives the port back to the stock one, which reads MRC's BTH, RETH and ImmDt
--- as IBA fields. Use with `tshark -X lua_script:wireshark/mrc.lua`, or install into the
+-- stock InfiniBand/RoCE dissector; the preference mrc.udp_port = 0 gives the port back to
+-- the stock one, which reads MRC's BTH, RETH and ImmDt as IBA fields. Use with `tshark -X lua_script:wireshark/mrc.lua`, or install into the
 -- personal Lua plugins folder (scripts/setup.sh does).
 --
 -- The numbers below mirror testbed/nic/wire/layout.py; tests/integration/test_pcap_dissection.py
 -- holds every field this dissector shows to what the project's decoder reads.
+
+-- Loaded once: an installed plugin and `-X lua_script:` of this file share one Lua state.
+for _, name in ipairs(Dissector.list()) do
+    if name == "mrc" then return end
+end
 
 local UDP_PORT = 4791
 local BTH_LEN, RETH_LEN, IMMDT_LEN, METH_LEN, TSETH_LEN, ICRC_LEN = 12, 16, 4, 4, 4, 4
@@ -325,4 +329,24 @@ function mrc.dissector(tvb, pinfo, tree)
     return n
 end
 
-DissectorTable.get("udp.port"):add(UDP_PORT, mrc)
+-- The port: 4791 by default, taken from the stock RoCE dissector; `-o mrc.udp_port:0` gives
+-- it back (`--disable-protocol mrc` alone would leave the port to no dissector at all).
+local udp_ports = DissectorTable.get("udp.port")
+local stock_handle = udp_ports:get_dissector(UDP_PORT)
+local registered_port = 0
+mrc.prefs.udp_port = Pref.uint("UDP port", UDP_PORT,
+                               "UDP port dissected as MRC; 0 leaves 4791 to the stock RoCE dissector")
+
+local function register_port()
+    if registered_port ~= 0 then
+        udp_ports:remove(registered_port, mrc)
+        if registered_port == UDP_PORT and stock_handle ~= nil then
+            udp_ports:add(UDP_PORT, stock_handle)
+        end
+    end
+    registered_port = mrc.prefs.udp_port
+    if registered_port ~= 0 then udp_ports:add(registered_port, mrc) end
+end
+
+mrc.prefs_changed = register_port
+register_port()
