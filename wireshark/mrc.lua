@@ -331,21 +331,52 @@ end
 
 -- The port: 4791 by default, taken from the stock RoCE dissector; `-o mrc.udp_port:0` gives
 -- it back (`--disable-protocol mrc` alone would leave the port to no dissector at all).
+--
+-- Wireshark's UDP tries the lower of the two ports first, and MRC's source port is the EV
+-- id's low 16 bits, so an EV whose source port is, say, 7 would go to the Echo dissector.
+-- Every lower port that has a dissector therefore gets a guard: MRC when the destination
+-- is MRC's port, else that port's own dissector.
 local udp_ports = DissectorTable.get("udp.port")
 local stock_handle = udp_ports:get_dissector(UDP_PORT)
 local registered_port = 0
+local guarded = {}   -- port -> the dissector it had
 mrc.prefs.udp_port = Pref.uint("UDP port", UDP_PORT,
                                "UDP port dissected as MRC; 0 leaves 4791 to the stock RoCE dissector")
 
+local guard = Proto("mrc_port_guard", "MRC port guard")
+
+function guard.dissector(tvb, pinfo, tree)
+    if registered_port ~= 0 and pinfo.dst_port == registered_port then
+        return mrc.dissector(tvb, pinfo, tree)
+    end
+    local original = guarded[pinfo.match_uint]
+    if original ~= nil then return original:call(tvb, pinfo, tree) end
+    return 0
+end
+
+local function unregister_port()
+    if registered_port == 0 then return end
+    udp_ports:remove(registered_port, mrc)
+    if registered_port == UDP_PORT and stock_handle ~= nil then
+        udp_ports:add(UDP_PORT, stock_handle)
+    end
+    for port, original in pairs(guarded) do udp_ports:add(port, original) end
+    guarded = {}
+    registered_port = 0
+end
+
 local function register_port()
-    if registered_port ~= 0 then
-        udp_ports:remove(registered_port, mrc)
-        if registered_port == UDP_PORT and stock_handle ~= nil then
-            udp_ports:add(UDP_PORT, stock_handle)
+    unregister_port()
+    registered_port = mrc.prefs.udp_port
+    if registered_port == 0 then return end
+    for port = 1, registered_port - 1 do
+        local original = udp_ports:get_dissector(port)
+        if original ~= nil then
+            guarded[port] = original
+            udp_ports:add(port, guard)
         end
     end
-    registered_port = mrc.prefs.udp_port
-    if registered_port ~= 0 then udp_ports:add(registered_port, mrc) end
+    udp_ports:add(registered_port, mrc)
 end
 
 mrc.prefs_changed = register_port

@@ -22,7 +22,7 @@ from scapy.utils import wrpcap  # noqa: E402
 
 pytestmark = pytest.mark.skipif(tshark_mrc.TSHARK is None, reason="tshark not installed")
 
-EV = 0x0102ABCD
+EV = 0x01020007   # UDP source port 7: Echo's port, lower than MRC's, must not win
 CARRIER = "fcbb:bb02:1001:2002:3000:8007::"   # plane 2: edge 1, agg 2, core 0, host h7
 TRIMMED_LASTHOP = DataPacket(Opcode.WRITE_LAST, 0x10, 9, 1, 0, 0x2000, 0xAB, 3000, b"",
                              tx_timestamp=5, trim=Trim.TRIMMED_LASTHOP)
