@@ -12,7 +12,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="$repo/.venv"
 apt_packages=(mininet openvswitch-switch iproute2 nftables ethtool tcpdump
               iputils-ping procps psmisc kmod python3-venv python3-pip
-              util-linux clang llvm libbpf-dev linux-libc-dev)
+              util-linux clang llvm libbpf-dev linux-libc-dev tshark)
 # clang, llvm, libbpf-dev, linux-libc-dev: the switch-port eBPF program
 # (testbed/fabric/switch_port.c) and its headers; util-linux: nsenter, mount.
 
@@ -55,6 +55,8 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # wireshark-common asks whether non-root users may capture; the testbed captures as root.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt_update
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -107,6 +109,15 @@ fi
 # is missing.
 (cd "$repo" && "$venv/bin/python" -m testbed.fabric.switch_port build >/dev/null) \
   || say "warning: the switch-port eBPF program did not build (see mrc-testbed doctor)"
+
+# The MRC dissector, linked into Wireshark's global Lua plugins folder so that every
+# user's Wireshark and tshark on this machine dissect MRC (docs/wire-format.md).
+lua_plugins=$(tshark -G folders 2>/dev/null | sed -n 's/^Global Lua Plugins:[[:space:]]*//p')
+if [ -n "$lua_plugins" ]; then
+  mkdir -p "$lua_plugins" && ln -sfn "$repo/wireshark/mrc.lua" "$lua_plugins/mrc.lua"
+else
+  say "warning: no Wireshark Lua plugins folder found; use tshark -X lua_script:wireshark/mrc.lua"
+fi
 
 cd "$repo"
 case "${1:-}" in

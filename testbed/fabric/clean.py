@@ -12,9 +12,11 @@ import time
 
 from testbed.fabric import ovs, switch_port
 from testbed.fabric.features import ovs_datapath
+from testbed.fabric.packet_capture import TCPDUMP_MARK
 
 # Command lines of processes that only the testbed starts.
-OUR_PROCESSES = ('mininet:', '-m testbed.controller --', 'testbed.nic.agent')
+OUR_PROCESSES = ('mininet:', '-m testbed.controller --', 'testbed.nic.agent',
+                 TCPDUMP_MARK)
 OUR_NETNS_PREFIX = 'mrc'
 OUR_NFT_PREFIX = 'mrc_'
 WORKDIR_GLOB = '/tmp/mrc-fabric-*'

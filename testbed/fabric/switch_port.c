@@ -33,7 +33,7 @@
  *     Multipath Reliable Connection (MRC) Transport", arXiv:2606.18170 §II-C): an MRC data
  *     packet (inner UDP dport 4791, BTH opcode in the WRITE range, not already trimmed, with
  *     a payload to cut) over the trim threshold is cut to its headers:
- *        outer IPv6 | [SRH] | inner IPv6 | UDP | BTH | METH | [TSETH] | RETH | [ImmDt] | ICRC
+ *        outer IPv6 | [SRH] | inner IPv6 | UDP | BTH | RETH, [ImmDt], METH, [TSETH] | ICRC
  *     exactly what testbed/nic/wire.py's trim_data_packet() produces (docs/wire-format.md
  *     §5.3): BTH.TRIMMED set (and TRIMMED_LASTHOP on a last-hop port), payload removed,
  *     ICRC = zlib's crc32 over the MRC bytes before it, recomputed; the outer and inner IPv6
@@ -77,7 +77,9 @@
 	!defined(MRC_METH_LEN) || !defined(MRC_TSETH_LEN) || !defined(MRC_RETH_LEN) ||    \
 	!defined(MRC_IMMDT_LEN) || !defined(MRC_ICRC_LEN) || !defined(MRC_FLAG_TIMESTAMP) || \
 	!defined(MRC_FLAG_TRIMMED) || !defined(MRC_FLAG_TRIMMED_LASTHOP) ||                 \
-	!defined(MRC_DATA_OPCODES) || !defined(MRC_IMM_OPCODES) || !defined(MRC_CONTROL_OPCODES)
+	!defined(MRC_DATA_OPCODES) || !defined(MRC_IMM_OPCODES) || !defined(MRC_CONTROL_OPCODES) || \
+	!defined(MRC_CONTROL_OPCODE_BASE) || !defined(MRC_BTH_VERSION_OFFSET) ||                \
+	!defined(MRC_BTH_FLAGS_OFFSET)
 #error "build with testbed/fabric/switch_port.py: it passes the wire constants of testbed/nic/wire.py"
 #endif
 
@@ -94,7 +96,9 @@
 
 /* Largest MRC header block before the payload: BTH METH TSETH RETH ImmDt. */
 #define MRC_MAX_HDR (MRC_BTH_LEN + MRC_METH_LEN + MRC_TSETH_LEN + MRC_RETH_LEN + MRC_IMMDT_LEN)
-#define OPCODE_IN(set, op) ((op) < 64 && (((__u64)(set) >> (op)) & 1))
+/* Whether op is in set, a 64-bit mask whose bit i stands for opcode base + i. */
+#define OPCODE_IN(set, base, op) \
+	((op) >= (base) && (op) - (base) < 64 && (((__u64)(set) >> ((op) - (base))) & 1))
 
 /* port_config.flags; switch_port.py has the same numbers (FLAG_*). */
 #define PORT_MARK 0x1
@@ -167,22 +171,22 @@ static __always_inline void parse_mrc(struct __sk_buff *skb, struct pkt *p, __u3
 	struct {
 		__be16 sport, dport, len, check;
 	} udp;
-	__u8 bth[3];
+	__u8 bth[MRC_BTH_FLAGS_OFFSET + 1]; /* opcode through the flag byte */
 
 	if (bpf_skb_load_bytes(skb, udp_off, &udp, sizeof(udp)) ||
 	    udp.dport != bpf_htons(MRC_UDP_PORT))
 		return;
 	if (bpf_skb_load_bytes(skb, udp_off + UDP_HLEN, bth, sizeof(bth)) ||
-	    bth[2] != MRC_PROTOCOL_VERSION)
+	    bth[MRC_BTH_VERSION_OFFSET] != MRC_PROTOCOL_VERSION)
 		return;
 	p->mrc_off = udp_off + UDP_HLEN;
 	p->opcode = bth[0];
-	p->bth_flags = bth[1];
-	if (OPCODE_IN(MRC_CONTROL_OPCODES, p->opcode)) {
+	p->bth_flags = bth[MRC_BTH_FLAGS_OFFSET];
+	if (OPCODE_IN(MRC_CONTROL_OPCODES, MRC_CONTROL_OPCODE_BASE, p->opcode)) {
 		p->control = 1;
 		return;
 	}
-	if (!OPCODE_IN(MRC_DATA_OPCODES, p->opcode))
+	if (!OPCODE_IN(MRC_DATA_OPCODES, 0, p->opcode))
 		return;
 	if (p->bth_flags & MRC_FLAG_TRIMMED) { /* trimmed upstream: headers only, high priority */
 		p->control = 1;
@@ -191,7 +195,7 @@ static __always_inline void parse_mrc(struct __sk_buff *skb, struct pkt *p, __u3
 	p->hdr_len = MRC_BTH_LEN + MRC_METH_LEN + MRC_RETH_LEN;
 	if (p->bth_flags & MRC_FLAG_TIMESTAMP)
 		p->hdr_len += MRC_TSETH_LEN;
-	if (OPCODE_IN(MRC_IMM_OPCODES, p->opcode))
+	if (OPCODE_IN(MRC_IMM_OPCODES, 0, p->opcode))
 		p->hdr_len += MRC_IMMDT_LEN;
 	/* Trim only what adds up (a switch must not "repair" a malformed packet into a valid
 	 * one) and only where there is payload to cut: a header-only packet is already as
@@ -303,14 +307,14 @@ __attribute__((noinline)) int mrc_trim(struct __sk_buff *skb, __u32 mrc_off, __u
 	 * bytes are there even when its headers are shorter. */
 	if (bpf_skb_load_bytes(skb, mrc_off, hdr, sizeof(hdr)))
 		return -1;
-	hdr[1] |= MRC_FLAG_TRIMMED | (last_hop ? MRC_FLAG_TRIMMED_LASTHOP : 0);
-	flags = hdr[1];
+	hdr[MRC_BTH_FLAGS_OFFSET] |= MRC_FLAG_TRIMMED | (last_hop ? MRC_FLAG_TRIMMED_LASTHOP : 0);
+	flags = hdr[MRC_BTH_FLAGS_OFFSET];
 	icrc = bpf_htonl(crc32(hdr, hdr_len));
 	outer_plen = bpf_htons(trim_len - ETH_HLEN - IPV6_HLEN);
 	inner_plen = bpf_htons(trim_len - inner_off - IPV6_HLEN);
 	if (bpf_skb_change_tail(skb, trim_len, 0))
 		return -1;
-	if (bpf_skb_store_bytes(skb, mrc_off + 1, &flags, 1, 0) ||
+	if (bpf_skb_store_bytes(skb, mrc_off + MRC_BTH_FLAGS_OFFSET, &flags, 1, 0) ||
 	    bpf_skb_store_bytes(skb, mrc_off + hdr_len, &icrc, sizeof(icrc), 0) ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN + 4, &outer_plen, sizeof(outer_plen), 0) ||
 	    bpf_skb_store_bytes(skb, inner_off + 4, &inner_plen, sizeof(inner_plen), 0) ||

@@ -177,10 +177,11 @@ def headers_present() -> bool:
 # --------------------------------------------------------------------------
 
 
-def _opcode_mask(opcodes: Iterable[int]) -> str:
-    values = [int(op) for op in opcodes]
+def _opcode_mask(opcodes: Iterable[int], base: int = 0) -> str:
+    """The program's set of opcodes: bit i stands for opcode base + i."""
+    values = [int(op) - base for op in opcodes]
     if any(not 0 <= op < 64 for op in values):   # the program tests a 64-bit mask
-        raise SwitchPortError('opcodes beyond 63 need a wider mask in switch_port.c')
+        raise SwitchPortError('opcodes beyond base + 63 need a wider mask in switch_port.c')
     return '0x%xULL' % sum(1 << op for op in values)
 
 
@@ -191,6 +192,8 @@ def wire_defines() -> dict[str, str]:
     return {
         'MRC_UDP_PORT': str(wire.UDP_PORT),
         'MRC_PROTOCOL_VERSION': str(wire.PROTOCOL_VERSION),
+        'MRC_BTH_VERSION_OFFSET': str(wire.BTH_VERSION_OFFSET),
+        'MRC_BTH_FLAGS_OFFSET': str(wire.BTH_FLAGS_OFFSET),
         'MRC_BTH_LEN': str(wire.BTH_LEN),
         'MRC_METH_LEN': str(wire.METH_LEN),
         'MRC_TSETH_LEN': str(wire.TSETH_LEN),
@@ -202,7 +205,8 @@ def wire_defines() -> dict[str, str]:
         'MRC_FLAG_TRIMMED_LASTHOP': '0x%02x' % wire.FLAG_TRIMMED_LASTHOP,
         'MRC_DATA_OPCODES': _opcode_mask(wire.DATA_OPCODES),
         'MRC_IMM_OPCODES': _opcode_mask(wire.IMM_OPCODES),
-        'MRC_CONTROL_OPCODES': _opcode_mask(control),
+        'MRC_CONTROL_OPCODE_BASE': '0x%02x' % min(control),
+        'MRC_CONTROL_OPCODES': _opcode_mask(control, min(control)),
     }
 
 

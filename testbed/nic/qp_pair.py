@@ -21,7 +21,7 @@ from testbed.nic.memory import MemoryRegion
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp import QueuePair
 from testbed.nic.qp_profile import QpProfile
-from testbed.nic.wire import DataPacket, Nack, Sack, decode
+from testbed.nic.wire import BTH_FLAGS_OFFSET, FLAG_RETRANSMIT, DataPacket, Nack, Sack, decode
 
 RKEY = 0x77
 # 2 planes x 8 active EVs over 4 paths each, 4 backups per plane, fast probing.
@@ -141,7 +141,7 @@ def data_psn(out: Outgoing) -> int:
 
 
 def is_retransmit(out: Outgoing) -> bool:
-    return bool(out.data[1] & 0x80)
+    return bool(out.data[BTH_FLAGS_OFFSET] & FLAG_RETRANSMIT)
 
 
 def done(*endpoints: Endpoint, count: int = 1) -> Callable[[], bool]:

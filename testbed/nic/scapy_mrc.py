@@ -42,7 +42,6 @@ from scapy.packet import Packet, Raw, bind_layers
 from testbed.nic.wire import (
     DATA_OPCODES,
     FLAG_TIMESTAMP,
-    IMM_OPCODES,
     PROTOCOL_VERSION,
     UDP_PORT,
     NackReason,
@@ -53,8 +52,8 @@ from testbed.nic.wire import (
 _OPCODE_NAMES = {op.value: op.name for op in Opcode}
 _VERDICT_NAMES = {v.value: v.name for v in Verdict}
 _REASON_NAMES = {r.value: r.name for r in NackReason}
-# FlagsField names are listed from the least significant bit up.
-_BTH_FLAG_NAMES = ["res0", "res1", "res2", "trimmed_lasthop", "trimmed", "ack_req", "ts", "retx"]
+# FlagsField names are listed from the least significant bit up; ack_req is IBA's AckReq.
+_BTH_FLAG_NAMES = ["res0", "res1", "res2", "trimmed_lasthop", "trimmed", "ts", "retx", "ack_req"]
 
 
 def _bth_of(layer: Packet) -> "MRC_BTH | None":
@@ -66,17 +65,19 @@ def _bth_of(layer: Packet) -> "MRC_BTH | None":
 
 
 class MRC_BTH(Packet):
-    """Base transport header (12 B) plus the ICRC trailer at the end of the packet."""
+    """Base transport header (12 B, IBA's layout) plus the ICRC trailer at the packet's end."""
 
     name = "MRC BTH"
     fields_desc = [
         ByteEnumField("opcode", Opcode.WRITE_ONLY, _OPCODE_NAMES),
-        FlagsField("flags", 0, 8, _BTH_FLAG_NAMES),
+        BitField("se", 0, 1),
+        BitField("migreq", 0, 1),
+        BitField("padcnt", 0, 2),
+        BitField("tver", 0, 4),
+        XShortField("pkey", 0xFFFF),
         ByteField("version", PROTOCOL_VERSION),
-        XByteField("reserved1", 0),
-        XByteField("reserved2", 0),
         X3BytesField("dest_qp", 0),
-        XByteField("reserved3", 0),
+        FlagsField("flags", 0, 8, _BTH_FLAG_NAMES),
         ThreeBytesField("psn", 0),
         FCSField("icrc", None, fmt="!I"),
     ]
@@ -91,37 +92,25 @@ class MRC_BTH(Packet):
     def guess_payload_class(self, payload: bytes) -> type[Packet]:
         opcode = self.opcode
         if opcode in DATA_OPCODES:
-            return MRC_METH
+            return _data_headers(self)[0]
         if opcode == Opcode.RELIABILITY_PROBE and self.flags.value & FLAG_TIMESTAMP:
             return MRC_TSETH
         return _BODY_BY_OPCODE.get(opcode, Raw)
 
 
-class MRC_METH(Packet):
-    name = "MRC METH"
-    fields_desc = [ShortField("msn", 0), ShortField("rqmsn", 0)]
+class _DataHeader(Packet):
+    """A header of a data packet: which one follows depends on the BTH's opcode and flags."""
 
     def guess_payload_class(self, payload: bytes) -> type[Packet]:
         bth = _bth_of(self)
-        if bth is not None and bth.flags.value & FLAG_TIMESTAMP:
-            return MRC_TSETH
-        return MRC_RETH
+        if bth is None or bth.opcode not in DATA_OPCODES:
+            return Raw
+        headers = _data_headers(bth)
+        position = headers.index(type(self)) if type(self) in headers else len(headers)
+        return headers[position + 1] if position + 1 < len(headers) else Raw
 
 
-class MRC_TSETH(Packet):
-    """TX timestamp, u32 microseconds."""
-
-    name = "MRC TSETH"
-    fields_desc = [IntField("tx_timestamp", 0)]
-
-    def guess_payload_class(self, payload: bytes) -> type[Packet]:
-        bth = _bth_of(self)
-        if bth is not None and bth.opcode in DATA_OPCODES:
-            return MRC_RETH
-        return Raw
-
-
-class MRC_RETH(Packet):
+class MRC_RETH(_DataHeader):
     name = "MRC RETH"
     fields_desc = [
         XLongField("remote_offset", 0),
@@ -129,19 +118,35 @@ class MRC_RETH(Packet):
         IntField("total_length", 0),
     ]
 
-    def guess_payload_class(self, payload: bytes) -> type[Packet]:
-        bth = _bth_of(self)
-        if bth is not None and bth.opcode in IMM_OPCODES:
-            return MRC_ImmDt
-        return Raw
 
-
-class MRC_ImmDt(Packet):
+class MRC_ImmDt(_DataHeader):
     name = "MRC ImmDt"
     fields_desc = [XIntField("imm", 0)]
 
-    def guess_payload_class(self, payload: bytes) -> type[Packet]:
-        return Raw
+
+class MRC_METH(_DataHeader):
+    name = "MRC METH"
+    fields_desc = [ShortField("msn", 0), ShortField("rqmsn", 0)]
+
+
+class MRC_TSETH(_DataHeader):
+    """TX timestamp, u32 microseconds."""
+
+    name = "MRC TSETH"
+    fields_desc = [IntField("tx_timestamp", 0)]
+
+
+def _data_headers(bth: MRC_BTH) -> tuple[type[Packet], ...]:
+    """The headers after a data packet's BTH, in order: IBA's first, where IBA has them for
+    the opcode (RETH after BTH, but ImmDt first on WRITE_LAST_WITH_IMM), then METH, [TSETH]."""
+    if bth.opcode == Opcode.WRITE_LAST_WITH_IMM:
+        iba: tuple[type[Packet], ...] = (MRC_ImmDt, MRC_RETH)
+    elif bth.opcode == Opcode.WRITE_ONLY_WITH_IMM:
+        iba = (MRC_RETH, MRC_ImmDt)
+    else:
+        iba = (MRC_RETH,)
+    timestamp = (MRC_TSETH,) if bth.flags.value & FLAG_TIMESTAMP else ()
+    return iba + (MRC_METH,) + timestamp
 
 
 class MRC_SETH(Packet):
@@ -240,4 +245,4 @@ bind_layers(UDP, MRC_BTH, dport=UDP_PORT)
 for _opcode, _layer in _BODY_BY_OPCODE.items():
     bind_layers(MRC_BTH, _layer, opcode=int(_opcode))
 bind_layers(MRC_SETH, MRC_CCState)
-bind_layers(MRC_METH, MRC_RETH)
+bind_layers(MRC_RETH, MRC_METH)

@@ -185,6 +185,14 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class CaptureSpec:
+    """A scenario's `capture:`: pcaps of these links and host NIC ports (docs/scenarios.md)."""
+    links: tuple[tuple[str, str], ...] = ()     # captured on the first node's interface
+    hosts: tuple[str, ...] = ()                 # every NIC port of each host
+    snaplen: int = 256                          # bytes kept of each frame
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -200,6 +208,7 @@ class Scenario:
     source_text: str = field(default='', repr=False)
     is_quick: bool = False
     quick: 'Scenario | None' = field(default=None, repr=False, compare=False)
+    capture: CaptureSpec | None = None
 
     def quick_version(self) -> 'Scenario':
         """The `quick` overrides applied (already validated at load); the

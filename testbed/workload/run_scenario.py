@@ -41,7 +41,9 @@ def run_scenario(scenario: Scenario, results_root: Path,
         for transport in transports:
             progress('%s: %s, repetition %d/%d' % (
                 sc.name, transport, rep + 1, sc.repetitions))
-            runner = TransportRunner(sc, transport, rep, progress)
+            pcaps = out / 'pcap' / ('%s-%d' % (transport, rep + 1)) \
+                if sc.capture else None
+            runner = TransportRunner(sc, transport, rep, progress, pcaps)
             runs.append(runner.execute(
                 lambda plan, rng: build_workload(sc.workload, plan.hosts,
                                                  plan, rng),

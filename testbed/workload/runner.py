@@ -12,9 +12,11 @@ import time
 from contextlib import nullcontext
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from testbed.fabric.faults.catalogue import call_args
 from testbed.fabric.net import FabricNet
+from testbed.fabric.packet_capture import PacketCapture, capture_points
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.workload.emulation_health import HealthSample, health_between
 from testbed.workload.switch_counters import SwitchCounters
@@ -94,8 +96,11 @@ class TransportRunner:
     """One transport, one repetition, on a fabric that lives for the run."""
 
     def __init__(self, scenario, transport: str, repetition: int,
-                 progress: Progress) -> None:
+                 progress: Progress, capture_dir: Path | None = None) -> None:
+        """`capture_dir`: where the scenario's `capture:` pcaps go (none
+        are written without it)."""
         self.sc = scenario
+        self.capture_dir = capture_dir
         self.run = TransportRun(transport, repetition)
         self.progress = progress
         self.rng = random.Random(scenario.seed + repetition)
@@ -115,13 +120,26 @@ class TransportRunner:
             injector = make_injector(fab, self._log)
             driver = transport(self.run.transport).driver(fab, self.sc.seed)
             try:
-                self._loop(fab, driver, injector, phases)
+                with self._capture(fab):
+                    self._loop(fab, driver, injector, phases)
             finally:
                 injector.restore_all()
                 self.run.retransmitted_bytes = driver.retransmitted_bytes()
                 self.run.path_bytes = dict(driver.path_bytes)
                 driver.close()
         return self.run
+
+    def _capture(self, fab):
+        """tcpdump on the scenario's capture points while the workload runs;
+        stopped on every way out of the `with` (and killed with us)."""
+        spec = self.sc.capture
+        if spec is None or self.capture_dir is None:
+            return nullcontext()
+        capture = PacketCapture(capture_points(fab, spec.links, spec.hosts),
+                                self.capture_dir, spec.snaplen)
+        self._log({'event': 'capture', 'pcaps': [
+            str(capture.pcap(p)) for p in capture.points]})
+        return capture
 
     def _log(self, event: dict) -> None:
         t = round(event.get('monotonic', time.monotonic()) - self.t0, 6)

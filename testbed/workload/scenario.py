@@ -23,13 +23,16 @@ from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
 from testbed.workload.connection_matrix import (
     ConnectionMatrixError, load_cm, matrix_to_workload, node_host)
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
-from testbed.workload.model import (ConnectionMatrix, FabricOf, Fault,
-                                    Scenario, Victim, WorkloadSpec, fabric_of)
+from testbed.nic.wire import BTH_LEN, INNER_HEADERS_LEN, IPV6_HEADER_LEN
+from testbed.workload.model import (CaptureSpec, ConnectionMatrix, FabricOf,
+                                    Fault, Scenario, Victim, WorkloadSpec,
+                                    fabric_of)
 from testbed.workload.workloads import check_shares_last_hop
 
 REQUIRED_KEYS = ('name', 'topology', 'link_rate_mbit', 'transports',
                  'workload', 'duration_s')
-OPTIONAL_KEYS = ('description', 'faults', 'seed', 'repetitions', 'quick')
+OPTIONAL_KEYS = ('description', 'faults', 'seed', 'repetitions', 'quick',
+                 'capture')
 TOP_LEVEL_KEYS = REQUIRED_KEYS + OPTIONAL_KEYS
 NOT_IN_QUICK = ('name', 'transports', 'topology', 'quick')
 NAME_PATTERN = re.compile(r'[a-z0-9_-]{1,64}')
@@ -44,6 +47,10 @@ WORKLOAD_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     'connection_matrix': (('file',), ()),
 }
 WORKLOAD_TYPES = tuple(WORKLOAD_PARAMS)
+CAPTURE_KEYS = ('links', 'hosts', 'snaplen')
+# The shortest snap length that still shows every MRC packet's BTH: Ethernet, the outer
+# IPv6 header, the inner IPv6 + UDP headers, the BTH (an SRH or the body needs more).
+MIN_SNAPLEN = 14 + IPV6_HEADER_LEN + INNER_HEADERS_LEN + BTH_LEN
 
 
 
@@ -126,6 +133,7 @@ def _scenario(data: Any, base_dir: Path, source: str,
         seed=_integer(data.get('seed', 1), 'seed'),
         repetitions=_integer(data.get('repetitions', 1), 'repetitions',
                              least=1),
+        capture=_capture(data.get('capture'), fabric),
         source_path=source, source_text=source_text)
 
 
@@ -418,6 +426,26 @@ _FAULT_CHECKS: dict[str, Callable[..., Any]] = {
     'plane': _fault_plane,
     'host': lambda v, w, f: _host(v, w, f),
 }
+
+
+def _capture(value: Any, fabric: FabricOf) -> CaptureSpec | None:
+    if value is None:
+        return None
+    data = _mapping(value, 'capture', (), CAPTURE_KEYS)
+    if not data.get('links') and not data.get('hosts'):
+        raise _Invalid('capture', 'names nothing to capture (give links, '
+                       'hosts or both)')
+    links = tuple(_fault_link(link, 'capture.links[%d]' % i, fabric)
+                  for i, link in enumerate(_list(data.get('links', []),
+                                                 'capture.links')))
+    for i, link in enumerate(links):
+        if link in links[:i]:
+            raise _Invalid('capture.links[%d]' % i,
+                           '%s-%s is listed twice' % link)
+    hosts = _host_list(data.get('hosts', []), 'capture.hosts', fabric)
+    snaplen = _integer(data.get('snaplen', CaptureSpec.snaplen),
+                       'capture.snaplen', least=MIN_SNAPLEN)
+    return CaptureSpec(links, hosts, snaplen)
 
 
 # -- names ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 
 from testbed.fabric.faults.catalogue import FAULT_KINDS, FaultKind, Param
 from testbed.fabric.topo_spec import TOPOLOGIES
-from testbed.workload.scenario import (NAME_PATTERN, NOT_IN_QUICK,
+from testbed.workload.scenario import (MIN_SNAPLEN, NAME_PATTERN, NOT_IN_QUICK,
                                        REQUIRED_KEYS, TOP_LEVEL_KEYS,
                                        WORKLOAD_PARAMS)
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
@@ -47,6 +47,17 @@ KEY_SCHEMAS: dict[str, dict] = {
     'duration_s': POSITIVE,
     'seed': {'type': 'integer'},
     'repetitions': COUNT,
+    'capture': {'type': 'object', 'additionalProperties': False,
+                'minProperties': 1,
+                'properties': {
+                    'links': {'type': 'array', 'uniqueItems': True,
+                              'items': {'type': 'array',
+                                        'items': {'type': 'string'},
+                                        'minItems': 2, 'maxItems': 2}},
+                    'hosts': HOSTS,
+                    'snaplen': {'type': 'integer', 'minimum': MIN_SNAPLEN}},
+                'description': 'pcaps of these links (a toward b) and '
+                'host ports into the results directory'},
     # workload, faults and quick are built below from their own tables.
 }
 

@@ -42,12 +42,12 @@ def scapy_fields(pkt) -> dict[str, object]:
 def flags_byte(packet: wire.Packet) -> int:
     if isinstance(packet, DataPacket):
         trim = {Trim.NONE: 0, Trim.TRIMMED: 0x10, Trim.TRIMMED_LASTHOP: 0x18}[packet.trim]
-        return (0x80 * packet.retransmit | 0x40 * (packet.tx_timestamp is not None)
-                | 0x20 * packet.ack_request | trim)
+        return (0x80 * packet.ack_request | 0x40 * packet.retransmit
+                | 0x20 * (packet.tx_timestamp is not None) | trim)
     if isinstance(packet, ReliabilityProbe):
-        return 0x40 * (packet.tx_timestamp is not None)
+        return 0x20 * (packet.tx_timestamp is not None)
     if isinstance(packet, (Sack, Nack)):
-        return 0x40 * (packet.ts_echo is not None)
+        return 0x20 * (packet.ts_echo is not None)
     return 0
 
 
@@ -59,8 +59,9 @@ def bth_fields(packet: wire.Packet, encoded: bytes) -> dict[str, object]:
                                         EvProbe: Opcode.EV_PROBE,
                                         EvProbeReply: Opcode.EV_PROBE_REPLY}.get(type(packet)))
     return {
-        "MRC_BTH.opcode": opcode, "MRC_BTH.flags": flags_byte(packet), "MRC_BTH.version": 1,
-        "MRC_BTH.reserved1": 0, "MRC_BTH.reserved2": 0, "MRC_BTH.reserved3": 0,
+        "MRC_BTH.opcode": opcode, "MRC_BTH.se": 0, "MRC_BTH.migreq": 0, "MRC_BTH.padcnt": 0,
+        "MRC_BTH.tver": 0, "MRC_BTH.pkey": 0xFFFF, "MRC_BTH.version": 1,
+        "MRC_BTH.flags": flags_byte(packet),
         "MRC_BTH.dest_qp": getattr(packet, "dest_qp", wire.EP_OP_QP),
         "MRC_BTH.psn": getattr(packet, psn),
         "MRC_BTH.icrc": int.from_bytes(encoded[-4:], "big"),
@@ -158,7 +159,8 @@ def test_scapy_built_packets_decode_with_wire() -> None:
         / sm.MRC_CCState(ts_echo=5, rcv_cwnd_pen=3)
     assert wire.decode(bytes(sack)) == Sack(7, 4, 9, bitmap=0x76, verdict=Verdict.SKIP_ONCE,
                                             ts_echo=5, rcv_cwnd_pen=3)
-    write = sm.MRC_BTH(opcode=Opcode.WRITE_ONLY_WITH_IMM, dest_qp=7, psn=1) / sm.MRC_METH(msn=2) \
-        / sm.MRC_RETH(remote_offset=64, rkey=5, total_length=3) / sm.MRC_ImmDt(imm=8) / b"abc"
+    write = sm.MRC_BTH(opcode=Opcode.WRITE_ONLY_WITH_IMM, dest_qp=7, psn=1) \
+        / sm.MRC_RETH(remote_offset=64, rkey=5, total_length=3) / sm.MRC_ImmDt(imm=8) \
+        / sm.MRC_METH(msn=2) / b"abc"
     assert wire.decode(bytes(write)) == DataPacket(Opcode.WRITE_ONLY_WITH_IMM, 7, 1, 2, 0, 64, 5,
                                                    3, b"abc", imm=8)

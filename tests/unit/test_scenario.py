@@ -458,3 +458,28 @@ def test_errors_from_files_name_the_file_and_field(tmp_path):
         load_scenario(path)
     assert str(info.value).startswith('%s: link_rate_mbt: unknown key' % path)
     assert isinstance(info.value, ValueError)
+
+
+# -- capture -----------------------------------------------------------------
+
+def test_capture_is_typed_and_defaults_its_snap_length():
+    sc = parse_scenario(base(capture={'links': [['p1e0x0', 'p1a0x0']], 'hosts': ['h1']}),
+                        ROOT, source='unit.yaml')
+    assert sc.capture is not None
+    assert sc.capture.links == (('p1e0x0', 'p1a0x0'),) and sc.capture.hosts == ('h1',)
+    assert sc.capture.snaplen == 256
+    assert parse_scenario(base(), ROOT, source='unit.yaml').capture is None
+
+
+@pytest.mark.parametrize('capture, field, words', [
+    ({}, 'capture', 'names nothing to capture'),
+    ({'hosts': ['h99']}, 'capture.hosts[0]', 'unknown host'),
+    ({'links': [['p1e0x0', 'p1c0']]}, 'capture.links[0]', 'no link between'),
+    ({'links': [['p1e0x0', 'p1a0x0'], ['p1e0x0', 'p1a0x0']]}, 'capture.links[1]',
+     'listed twice'),
+    ({'hosts': ['h1'], 'snaplen': 100}, 'capture.snaplen', 'must be >= 114'),
+    ({'hosts': ['h1'], 'ports': [1]}, 'capture.ports', 'unknown key'),
+    (['h1'], 'capture', 'expected a mapping'),
+])
+def test_refuses_bad_capture(capture, field, words):
+    refused(base(capture=capture), field=field, words=words)

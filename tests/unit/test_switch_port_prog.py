@@ -137,10 +137,13 @@ def test_wire_constants_come_from_wire_py():
     defines = sp.wire_defines()
     assert int(defines['MRC_FLAG_TRIMMED'], 16) == wire.FLAG_TRIMMED
     assert int(defines['MRC_FLAG_TRIMMED_LASTHOP'], 16) == wire.FLAG_TRIMMED_LASTHOP
+    assert int(defines['MRC_BTH_FLAGS_OFFSET']) == wire.BTH_FLAGS_OFFSET
+    assert int(defines['MRC_BTH_VERSION_OFFSET']) == wire.BTH_VERSION_OFFSET
     data = int(defines['MRC_DATA_OPCODES'].removesuffix('ULL'), 16)
     assert {op for op in range(64) if data >> op & 1} == set(wire.DATA_OPCODES)
     control = int(defines['MRC_CONTROL_OPCODES'].removesuffix('ULL'), 16)
-    assert {op for op in range(64) if control >> op & 1} == {
+    base = int(defines['MRC_CONTROL_OPCODE_BASE'], 16)
+    assert {base + op for op in range(64) if control >> op & 1} == {
         wire.Opcode.SACK, wire.Opcode.NACK, wire.Opcode.RELIABILITY_PROBE,
         wire.Opcode.EV_PROBE, wire.Opcode.EV_PROBE_REPLY}
 

@@ -95,28 +95,35 @@ def test_rejects_unknown_opcode(opcode: int) -> None:
 @pytest.mark.parametrize("version", [0, 2, 0xFF])
 def test_rejects_bad_version(version: int) -> None:
     with pytest.raises(WireError, match="version"):
-        wire.decode(patched(ONLY, 2, bytes([version])))
+        wire.decode(patched(ONLY, wire.BTH_VERSION_OFFSET, bytes([version])))
 
 
-@pytest.mark.parametrize("offset, value", [(3, b"\x01"), (4, b"\x80"), (8, b"\x01")])
-def test_rejects_reserved_bth_bits(offset: int, value: bytes) -> None:
-    with pytest.raises(WireError, match="reserved"):
-        wire.decode(patched(ONLY, offset, value))
+@pytest.mark.parametrize("value", [0x80, 0x40, 0x10, 0x01])  # SE, MigReq, PadCnt, TVer
+def test_rejects_iba_bth_bits_mrc_does_not_use(value: int) -> None:
+    with pytest.raises(WireError, match="must be zero"):
+        wire.decode(patched(ONLY, 1, bytes([value])))
+
+
+@pytest.mark.parametrize("pkey", [0x0000, 0x7FFF, 0x0100])
+def test_rejects_p_key_other_than_the_default_partition(pkey: int) -> None:
+    with pytest.raises(WireError, match="P_Key"):
+        wire.decode(patched(ONLY, 2, pkey.to_bytes(2, "big")))
 
 
 @pytest.mark.parametrize(
     "buf, flags",
-    [(ONLY, 0x04), (ONLY, 0x01), (SACK, 0x80), (SACK, 0x20), (NACK, 0x10), (EVP, 0x40)],
+    [(ONLY, 0x04), (ONLY, 0x01), (SACK, 0x80), (SACK, 0x40), (NACK, 0x10), (EVP, 0x20)],
 )
 def test_rejects_flags_not_valid_for_opcode(buf: bytes, flags: int) -> None:
+    at = wire.BTH_FLAGS_OFFSET
     with pytest.raises(WireError, match="flags"):
-        wire.decode(patched(buf, 1, bytes([buf[1] | flags])))
+        wire.decode(patched(buf, at, bytes([buf[at] | flags])))
 
 
 def test_rejects_lasthop_flag_without_trimmed() -> None:
     trimmed = EXAMPLES["write_trimmed"].encode()
     with pytest.raises(WireError, match="TRIMMED_LASTHOP"):
-        wire.decode(patched(trimmed, 1, bytes([wire.FLAG_TRIMMED_LASTHOP])))
+        wire.decode(patched(trimmed, wire.BTH_FLAGS_OFFSET, bytes([wire.FLAG_TRIMMED_LASTHOP])))
 
 
 def test_rejects_extra_bytes_on_fixed_size_packets() -> None:
@@ -128,19 +135,19 @@ def test_rejects_extra_bytes_on_fixed_size_packets() -> None:
 
 def test_rejects_only_packet_whose_payload_differs_from_total_length() -> None:
     with pytest.raises(WireError, match="ONLY packet carries 5 of 6"):
-        wire.decode(patched(ONLY, 28, (6).to_bytes(4, "big")))
+        wire.decode(patched(ONLY, 24, (6).to_bytes(4, "big")))  # RETH total length
 
 
 @pytest.mark.parametrize("total_length", [0, 1368])
 def test_rejects_multi_packet_piece_not_smaller_than_write(total_length: int) -> None:
     first = EXAMPLES["write_first"].encode()
     with pytest.raises(WireError, match="multi-packet WRITE piece"):
-        wire.decode(patched(first, 32, total_length.to_bytes(4, "big")))
+        wire.decode(patched(first, 24, total_length.to_bytes(4, "big")))  # RETH total length
 
 
 def test_rejects_trimmed_packet_with_payload() -> None:
     with pytest.raises(WireError, match="trimmed packet still carries payload"):
-        wire.decode(patched(ONLY, 1, bytes([wire.FLAG_TRIMMED])))
+        wire.decode(patched(ONLY, wire.BTH_FLAGS_OFFSET, bytes([wire.FLAG_TRIMMED])))
 
 
 def test_rejects_unknown_sack_verdict_and_reserved_bits() -> None:
@@ -158,9 +165,9 @@ def test_rejects_sack_penalty_above_127() -> None:
 
 def test_rejects_echoed_timestamp_without_flag() -> None:
     with pytest.raises(WireError, match="echoed timestamp"):
-        wire.decode(patched(SACK, 1, b"\x00"))
+        wire.decode(patched(SACK, wire.BTH_FLAGS_OFFSET, b"\x00"))
     with pytest.raises(WireError, match="echoed timestamp"):
-        wire.decode(patched(NACK, 1, b"\x00"))
+        wire.decode(patched(NACK, wire.BTH_FLAGS_OFFSET, b"\x00"))
 
 
 @pytest.mark.parametrize("reason", [0, 8, 0xFF])

@@ -38,7 +38,10 @@ from testbed.nic.wire.inner import (
     udp_header,
 )
 from testbed.nic.wire.layout import (
+    BTH_FLAGS_OFFSET,
     BTH_LEN,
+    BTH_PKEY,
+    BTH_VERSION_OFFSET,
     CC_STATE_LEN,
     DATA_OPCODES,
     EP_OP_QP,
@@ -53,6 +56,7 @@ from testbed.nic.wire.layout import (
     FLAG_TRIMMED_LASTHOP,
     ICRC_LEN,
     IMM_OPCODES,
+    IMM_PLACEMENT,
     IMMDT_LEN,
     INNER_HEADERS_LEN,
     IPV6_HEADER_LEN,
@@ -100,6 +104,7 @@ from testbed.nic.wire.timestamps import TIMESTAMP_MASK, timestamp_elapsed_us, ti
 from testbed.nic.wire.trim import trim_data_packet
 
 __all__ = [
+    "BTH_FLAGS_OFFSET", "BTH_PKEY", "BTH_VERSION_OFFSET", "IMM_PLACEMENT",
     "Address", "AnyData", "AnySack", "CC_STATE_LEN", "DATA_OPCODES", "DataPacket", "EP_OP_QP",
     "EV_PROBE_LEN", "EV_PROBE_REPLY_LEN", "EvProbe", "EvProbeReply", "FLAG_ACK_REQUEST",
     "FLAG_RETRANSMIT", "FLAG_TIMESTAMP", "FLAG_TRIMMED", "FLAG_TRIMMED_LASTHOP", "ICRC_LEN",

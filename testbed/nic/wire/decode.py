@@ -20,10 +20,11 @@ from typing import Any, Callable
 from testbed.nic.wire.checks import WireError, check_data_lengths, check_dest_qp
 from testbed.nic.wire.layout import (
     BTH,
+    BTH_FLAGS_OFFSET,
     BTH_LEN,
-    DATA_BODIES,
+    BTH_PKEY,
     DATA_FLAGS,
-    DATA_HEADERS,
+    DATA_LAYOUTS,
     DATA_OPCODES,
     EP_OP_QP,
     EV_PROBE_BODY,
@@ -34,13 +35,14 @@ from testbed.nic.wire.layout import (
     FLAG_RETRANSMIT,
     FLAG_TIMESTAMP,
     ICRC_LEN,
-    IMM_OPCODES,
+    IMM_PLACEMENT,
     MAX_RCV_CWND_PEN,
     MIN_DATA_PACKET_LEN,
     NACK_BODY,
     NACK_LEN,
     ONLY_OPCODES,
     PROTOCOL_VERSION,
+    PSN_FIELD_MASK,
     REQ_ID_MASK,
     SACK_BODY,
     SACK_LEN,
@@ -92,6 +94,7 @@ def _echo_value(flags: int, wire_value: int) -> int | None:
 # The NamedTuple constructors go through a Python-level __new__; the fast decoders build
 # the tuple directly, which gives the same object for a third of the cost.
 _new_tuple = tuple.__new__
+_ABSENT = (None,)  # appended to a data header's values: what its absent headers read as
 
 
 _Decoder = Callable[[bytes, int, Opcode, int, int, int], Any]
@@ -104,26 +107,16 @@ def _data_decoder(make: Callable[..., Any]) -> _Decoder:
         trim = _TRIM_BY_BITS[flags >> 3 & 3]
         if trim is None:
             raise WireError("TRIMMED_LASTHOP flag without TRIMMED")
-        has_imm = opcode in IMM_OPCODES
-        layout = (2 if flags & FLAG_TIMESTAMP else 0) + has_imm
-        body = DATA_BODIES[layout]
-        header_len = BTH_LEN + body.size
+        layout = DATA_LAYOUTS[(3 if flags & FLAG_TIMESTAMP else 0) + IMM_PLACEMENT[opcode]]
+        header_len = layout.packet.size
         end = n - ICRC_LEN
         if end < header_len:
             raise WireError(
                 f"truncated data packet: {n} bytes, headers need {header_len + ICRC_LEN}"
             )
         _check_crc(buf, end)
-        fields = body.unpack_from(buf, BTH_LEN)
-        tx_timestamp = imm = None
-        if layout == 0:
-            msn, rqmsn, remote_offset, rkey, total_length = fields
-        elif layout == 1:
-            msn, rqmsn, remote_offset, rkey, total_length, imm = fields
-        elif layout == 2:
-            msn, rqmsn, tx_timestamp, remote_offset, rkey, total_length = fields
-        else:
-            msn, rqmsn, tx_timestamp, remote_offset, rkey, total_length, imm = fields
+        remote_offset, rkey, total_length, imm, msn, rqmsn, tx_timestamp = layout.fields_of(
+            layout.body.unpack_from(buf, BTH_LEN) + _ABSENT)
         payload = buf[header_len:end]
         if type(payload) is not bytes:
             payload = bytes(payload)
@@ -295,30 +288,22 @@ def _plain_bytes(buf: bytes) -> bool:
 
 def _fast_data(buf: bytes, n: int, opcode: Opcode) -> RxData | None:
     """An untrimmed, well-formed data packet, or None (the general decoder then decides)."""
-    flags = buf[1]
+    flags = buf[BTH_FLAGS_OFFSET]
     if flags & _SLOW_DATA_FLAGS:
         return None
-    has_imm = opcode in IMM_OPCODES
-    layout = (2 if flags & FLAG_TIMESTAMP else 0) + has_imm
-    header = DATA_HEADERS[layout]
+    layout = DATA_LAYOUTS[(3 if flags & FLAG_TIMESTAMP else 0) + IMM_PLACEMENT[opcode]]
+    header = layout.packet
     header_len = header.size
     end = n - ICRC_LEN
     if end < header_len:
         return None
-    fields = header.unpack_from(buf)
-    tx_timestamp = imm = None
-    if layout == 0:
-        _, _, version, reserved, dqp, psn, msn, rqmsn, remote_offset, rkey, total = fields
-    elif layout == 1:
-        _, _, version, reserved, dqp, psn, msn, rqmsn, remote_offset, rkey, total, imm = fields
-    elif layout == 2:
-        (_, _, version, reserved, dqp, psn, msn, rqmsn, tx_timestamp, remote_offset, rkey,
-         total) = fields
-    else:
-        (_, _, version, reserved, dqp, psn, msn, rqmsn, tx_timestamp, remote_offset, rkey,
-         total, imm) = fields
-    if version != PROTOCOL_VERSION or reserved or (dqp | psn) >> 24 or dqp == EP_OP_QP:
+    fields = header.unpack_from(buf) + _ABSENT
+    _, zero, pkey, word1, word2 = fields[:5]
+    remote_offset, rkey, total, imm, msn, rqmsn, tx_timestamp = layout.fields_of_packet(fields)
+    dqp = word1 & PSN_FIELD_MASK
+    if word1 >> 24 != PROTOCOL_VERSION or zero or pkey != BTH_PKEY or dqp == EP_OP_QP:
         return None
+    psn = word2 & PSN_FIELD_MASK
     payload_len = end - header_len
     if (payload_len != total) if opcode in ONLY_OPCODES else not 0 < payload_len < total:
         return None
@@ -334,10 +319,11 @@ def _fast_data(buf: bytes, n: int, opcode: Opcode) -> RxData | None:
 
 def _fast_sack(buf: bytes) -> RxSack | None:
     """A well-formed SACK (length already checked), or None (the general decoder decides)."""
-    (_, flags, version, reserved, dqp, cack_psn, sack_offset, sack_flags, mpr, bitmap, ev,
+    (_, zero, pkey, word1, word2, sack_offset, sack_flags, mpr, bitmap, ev,
      trigger_psn, ts_echo, service_time_ns, ooo_count, pen, reserved2,
      received_bytes) = SACK_PACKET.unpack_from(buf)
-    if (version != PROTOCOL_VERSION or reserved or (dqp | cack_psn | trigger_psn) >> 24
+    dqp, cack_psn, flags = word1 & PSN_FIELD_MASK, word2 & PSN_FIELD_MASK, word2 >> 24
+    if (word1 >> 24 != PROTOCOL_VERSION or zero or pkey != BTH_PKEY or trigger_psn >> 24
             or dqp == EP_OP_QP or flags & ~FLAG_TIMESTAMP or sack_flags & SACK_RESERVED_FLAGS
             or reserved2 or pen > MAX_RCV_CWND_PEN):
         return None
@@ -360,11 +346,15 @@ def _decode(buf: bytes, table: dict[int, tuple[Opcode, _Decoder, int, bool]]) ->
     n = len(buf)
     if n < BTH_LEN + ICRC_LEN:
         raise WireError(f"truncated packet: {n} bytes")
-    opcode_value, flags, version, reserved, dqp, psn = BTH.unpack_from(buf)
+    opcode_value, zero, pkey, word1, word2 = BTH.unpack_from(buf)
+    version = word1 >> 24
     if version != PROTOCOL_VERSION:
         raise WireError(f"bad protocol version {version}, expected {PROTOCOL_VERSION}")
-    if reserved or (dqp | psn) >> 24:
-        raise WireError("reserved bits set in BTH")
+    if zero:
+        raise WireError("BTH SE/MigReq/PadCnt/TVer set (must be zero)")
+    if pkey != BTH_PKEY:
+        raise WireError(f"P_Key {pkey:#06x} is not the default partition {BTH_PKEY:#06x}")
+    dqp, flags, psn = word1 & PSN_FIELD_MASK, word2 >> 24, word2 & PSN_FIELD_MASK
     entry = table.get(opcode_value)
     if entry is None:
         raise WireError(f"unknown opcode {opcode_value:#04x}")

@@ -18,11 +18,10 @@ import zlib
 from testbed.nic.wire.checks import WireError, check_24bit, check_data_lengths, check_dest_qp
 from testbed.nic.wire.layout import (
     BTH,
-    DATA_IMM,
+    BTH_PKEY,
+    BTH_VERSION_WORD,
+    DATA_LAYOUTS,
     DATA_OPCODES,
-    DATA_PLAIN,
-    DATA_TS,
-    DATA_TS_IMM,
     EP_OP_QP,
     EV_PROBE_BODY,
     EV_PROBE_REPLY_BODY,
@@ -32,10 +31,10 @@ from testbed.nic.wire.layout import (
     FLAG_TRIMMED,
     FLAG_TRIMMED_LASTHOP,
     IMM_OPCODES,
+    IMM_PLACEMENT,
     MAX_RCV_CWND_PEN,
     NACK_BODY,
     ONLY_OPCODES,
-    PROTOCOL_VERSION,
     REQ_ID_MASK,
     SACK_OPCODE_VALUE,
     SACK_PACKET,
@@ -70,7 +69,9 @@ def _pack(fmt: struct.Struct, *values: int) -> bytes:
 
 
 def _bth(opcode: Opcode, flags: int, dest_qp: int, psn: int) -> bytes:
-    return _pack(BTH, opcode, flags, PROTOCOL_VERSION, 0, dest_qp, psn)
+    # Callers have checked dest_qp and psn to fit 24 bits, so neither spills into its word's
+    # top byte (version, flags).
+    return _pack(BTH, opcode, 0, BTH_PKEY, BTH_VERSION_WORD | dest_qp, flags << 24 | psn)
 
 
 def _echo_field(ts_echo: int | None) -> tuple[int, int]:
@@ -122,22 +123,15 @@ def encode_data(
         flags |= FLAG_RETRANSMIT
     if ack_request:
         flags |= FLAG_ACK_REQUEST
+    if tx_timestamp is not None:
+        flags |= FLAG_TIMESTAMP
+    layout = DATA_LAYOUTS[(3 if tx_timestamp is not None else 0) + IMM_PLACEMENT[opcode]]
     try:
-        if tx_timestamp is None:
-            if has_imm:
-                header = DATA_IMM.pack(opcode, flags, PROTOCOL_VERSION, 0, dest_qp, psn, msn,
-                                       rqmsn, remote_offset, rkey, total_length, imm)
-            else:
-                header = DATA_PLAIN.pack(opcode, flags, PROTOCOL_VERSION, 0, dest_qp, psn, msn,
-                                         rqmsn, remote_offset, rkey, total_length)
-        elif has_imm:
-            header = DATA_TS_IMM.pack(opcode, flags | FLAG_TIMESTAMP, PROTOCOL_VERSION, 0,
-                                      dest_qp, psn, msn, rqmsn, tx_timestamp, remote_offset,
-                                      rkey, total_length, imm)
-        else:
-            header = DATA_TS.pack(opcode, flags | FLAG_TIMESTAMP, PROTOCOL_VERSION, 0, dest_qp,
-                                  psn, msn, rqmsn, tx_timestamp, remote_offset, rkey,
-                                  total_length)
+        header = layout.packet.pack(
+            opcode, 0, BTH_PKEY, BTH_VERSION_WORD | dest_qp, flags << 24 | psn,
+            *layout.wire_values_of(
+                (remote_offset, rkey, total_length, imm, msn, rqmsn, tx_timestamp)),
+        )
     except struct.error as exc:
         raise WireError(f"field out of range: {exc}") from exc
     crc = zlib.crc32(payload, zlib.crc32(header))          # _seal(), inlined
@@ -176,7 +170,8 @@ def encode_sack(
     sack_flags = verdict | (SACK_PROBE_REPLY if probe_reply else 0)
     try:
         header = SACK_PACKET.pack(
-            SACK_OPCODE_VALUE, ts_flag, PROTOCOL_VERSION, 0, dest_qp, cack_psn, sack_offset,
+            SACK_OPCODE_VALUE, 0, BTH_PKEY, BTH_VERSION_WORD | dest_qp, ts_flag << 24 | cack_psn,
+            sack_offset,
             sack_flags, mpr, bitmap, ev, trigger_psn, ts_echo, service_time_ns, ooo_count,
             rcv_cwnd_pen, 0, received_bytes,
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
+from operator import itemgetter
 
 # --------------------------------------------------------------------------
 # Constants
@@ -45,10 +46,18 @@ MPR_UNIT_PSNS = 128
 SACK_BITMAP_BITS = 64
 MAX_RCV_CWND_PEN = 127
 
-# BTH flag bits (byte 1). Bits 2..0 are reserved and must be zero.
-FLAG_RETRANSMIT = 0x80
-FLAG_TIMESTAMP = 0x40  # data/probe: TSETH follows; SACK/NACK: ts_echo is meaningful
-FLAG_ACK_REQUEST = 0x20
+# The BTH is laid out as IBA's, so that a RoCE dissector reads the IBA fields right: byte 1
+# (SE, MigReq, PadCnt, TVer) is zero, bytes 2-3 are the default P_Key, byte 4 (IBA: FECN,
+# BECN, reserved) carries the MRC version, byte 8 (IBA: AckReq, 7 reserved bits) the flags.
+BTH_PKEY = 0xFFFF  # the IBA default partition: MRC has no partitions
+BTH_VERSION_OFFSET = 4
+BTH_FLAGS_OFFSET = 8
+PSN_FIELD_MASK = 0xFFFFFF  # dest QP and PSN: the low 24 bits of their BTH words
+BTH_VERSION_WORD = PROTOCOL_VERSION << 24  # BTH bytes 4-7 are [version:8 | dest_qp:24]
+# BTH flag bits (byte 8). Bit 7 is IBA's AckReq; bits 2..0 are reserved and must be zero.
+FLAG_ACK_REQUEST = 0x80
+FLAG_RETRANSMIT = 0x40
+FLAG_TIMESTAMP = 0x20  # data/probe: TSETH follows; SACK/NACK: ts_echo is meaningful
 FLAG_TRIMMED = 0x10
 FLAG_TRIMMED_LASTHOP = 0x08  # only together with FLAG_TRIMMED
 DATA_FLAGS = (
@@ -69,12 +78,13 @@ class Opcode(IntEnum):
     WRITE_LAST_WITH_IMM = 0x09
     WRITE_ONLY = 0x0A
     WRITE_ONLY_WITH_IMM = 0x0B
-    # MRC-only opcodes sit in the range IBA RC leaves reserved (0x18-0x1F).
-    SACK = 0x18
-    NACK = 0x19
-    RELIABILITY_PROBE = 0x1A
-    EV_PROBE = 0x1B
-    EV_PROBE_REPLY = 0x1C
+    # MRC-only opcodes sit in IBA's manufacturer-specific range (OpCode[7:5] = 110): the RC
+    # range's free numbers are IBA's to assign (1.5 took 0x1C FLUSH and 0x1D ATOMIC WRITE).
+    SACK = 0xC0
+    NACK = 0xC1
+    RELIABILITY_PROBE = 0xC2
+    EV_PROBE = 0xC3
+    EV_PROBE_REPLY = 0xC4
 
 
 class Verdict(IntEnum):
@@ -115,6 +125,12 @@ DATA_OPCODES = frozenset(
 )
 IMM_OPCODES = frozenset({Opcode.WRITE_LAST_WITH_IMM, Opcode.WRITE_ONLY_WITH_IMM})
 ONLY_OPCODES = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_WITH_IMM})
+IMM_NONE, IMM_AFTER_RETH, IMM_BEFORE_RETH = 0, 1, 2
+# Where ImmDt sits relative to RETH, by data opcode value (the DataLayout index's low part).
+IMM_PLACEMENT = {op.value: IMM_NONE for op in DATA_OPCODES} | {
+    Opcode.WRITE_ONLY_WITH_IMM.value: IMM_AFTER_RETH,
+    Opcode.WRITE_LAST_WITH_IMM.value: IMM_BEFORE_RETH,
+}
 SACK_OPCODE_VALUE = Opcode.SACK.value  # the plain int, for per-packet packing and comparing
 
 # --------------------------------------------------------------------------
@@ -122,8 +138,9 @@ SACK_OPCODE_VALUE = Opcode.SACK.value  # the plain int, for per-packet packing a
 # --------------------------------------------------------------------------
 
 U32 = struct.Struct(">I")  # the ICRC, and the reliability probe's TSETH
-# opcode, flags, version, reserved, [reserved:8 | dest_qp:24], [reserved:8 | psn:24]
-BTH = struct.Struct(">BBBBII")
+# opcode, [SE M PadCnt TVer] = 0, P_Key, [version:8 | dest_qp:24], [flags:8 | psn:24]
+_BTH_FORMAT = "BBHII"
+BTH = struct.Struct(">" + _BTH_FORMAT)
 # SETH: sack_offset, sack_flags, mpr, bitmap, reflected ev, [reserved:8 | trigger_psn:24]
 # CC_STATE: ts_echo, service_time_ns, ooo_count, rcv_cwnd_pen, reserved, received_bytes
 SACK_BODY = struct.Struct(">HBBQII" "IIHBBQ")
@@ -132,19 +149,64 @@ NACK_BODY = struct.Struct(">BBHIII")
 EV_PROBE_BODY = struct.Struct(">IBBHI")  # ev, port, reserved, reserved, tx_timestamp
 # ev, port (echoed), rx_port, reserved, ts_echo, service_time_ns
 EV_PROBE_REPLY_BODY = struct.Struct(">IBBHII")
-
-# Whole data-packet headers (BTH | METH | [TSETH] | RETH | [ImmDt]) in one struct each, indexed
-# by has_timestamp * 2 + has_imm: one pack or unpack call per packet whatever it carries.
-# METH: msn, rqmsn. TSETH: tx_timestamp. RETH: remote_offset, rkey, total_length. ImmDt: imm.
-_DATA_BODY_FORMATS = ("HHQII", "HHQIII", "HHIQII", "HHIQIII")
-DATA_HEADERS = tuple(struct.Struct(">BBBBII" + body) for body in _DATA_BODY_FORMATS)
-DATA_BODIES = tuple(struct.Struct(">" + body) for body in _DATA_BODY_FORMATS)
-DATA_PLAIN, DATA_IMM, DATA_TS, DATA_TS_IMM = DATA_HEADERS
 # A whole SACK but its ICRC: BTH | SETH | CC_STATE.
-SACK_PACKET = struct.Struct(">BBBBII" + SACK_BODY.format.lstrip(">"))
+SACK_PACKET = struct.Struct(">" + _BTH_FORMAT + SACK_BODY.format.lstrip(">"))
+
+# Data packets. IBA's own headers come first, where IBA puts them for the opcode, so that a
+# RoCE dissector reads them right: RETH right after the BTH, except on WRITE_LAST_WITH_IMM,
+# where IBA has ImmDt there and no RETH; on WRITE_ONLY_WITH_IMM ImmDt follows RETH. MRC's
+# METH and [TSETH] come after them (a RoCE dissector counts them as payload).
+DATA_FIELDS = ("remote_offset", "rkey", "total_length", "imm", "msn", "rqmsn", "tx_timestamp")
+_HEADER_FIELDS = {
+    "RETH": (("remote_offset", "Q"), ("rkey", "I"), ("total_length", "I")),
+    "ImmDt": (("imm", "I"),),
+    "METH": (("msn", "H"), ("rqmsn", "H")),
+    "TSETH": (("tx_timestamp", "I"),),
+}
+_HEADERS_BY_IMM = {IMM_NONE: ("RETH",), IMM_AFTER_RETH: ("RETH", "ImmDt"),
+                   IMM_BEFORE_RETH: ("ImmDt", "RETH")}
+
+
+BTH_FIELDS = len(_BTH_FORMAT)
+
+
+def _picker(names: list[str], skip: int) -> itemgetter:
+    """Picks DATA_FIELDS out of unpacked values: ``names`` start after ``skip`` values and
+    one None is appended after them, which stands for every field not in ``names``."""
+    absent = skip + len(names)
+    return itemgetter(*(skip + names.index(f) if f in names else absent for f in DATA_FIELDS))
+
+
+class DataLayout:
+    """One order of the headers after a data packet's BTH, with the struct that packs them.
+
+    ``fields_of(body_values + (None,))`` gives the DATA_FIELDS in their order (None for a
+    header the packet does not carry), ``fields_of_packet(packet_values + (None,))`` the
+    same from the values of the whole header; ``wire_values_of(data_field_values)`` gives
+    the body values to pack.
+    """
+
+    def __init__(self, imm_placement: int, timestamp: bool) -> None:
+        self.headers = _HEADERS_BY_IMM[imm_placement] + ("METH",) + (
+            ("TSETH",) if timestamp else ())
+        fields = [field for header in self.headers for field in _HEADER_FIELDS[header]]
+        names = [name for name, _ in fields]
+        body = "".join(fmt for _, fmt in fields)
+        self.body = struct.Struct(">" + body)
+        self.packet = struct.Struct(">" + _BTH_FORMAT + body)
+        self.fields_of = _picker(names, 0)
+        self.fields_of_packet = _picker(names, BTH_FIELDS)  # the same after BTH's values
+        self.wire_values_of = itemgetter(*(DATA_FIELDS.index(name) for name in names))
+
+
+# Indexed by has_timestamp * 3 + imm placement: one pack or unpack call per packet whatever
+# it carries.
+DATA_LAYOUTS = tuple(DataLayout(imm, ts) for ts in (False, True)
+                     for imm in (IMM_NONE, IMM_AFTER_RETH, IMM_BEFORE_RETH))
+
 
 assert SACK_BODY.size == SETH_LEN + CC_STATE_LEN
-assert DATA_TS_IMM.size == BTH_LEN + METH_LEN + TSETH_LEN + RETH_LEN + IMMDT_LEN
+assert DATA_LAYOUTS[-1].packet.size == BTH_LEN + METH_LEN + TSETH_LEN + RETH_LEN + IMMDT_LEN
 assert SACK_PACKET.size == BTH_LEN + SETH_LEN + CC_STATE_LEN
 assert NACK_BODY.size == NETH_LEN
 assert EV_PROBE_BODY.size == EV_PROBE_LEN

@@ -25,7 +25,8 @@ from testbed.nic.wire.layout import NackReason, Opcode, Trim, Verdict
 
 @dataclass(frozen=True, slots=True)
 class DataPacket:
-    """An RDMA WRITE packet: BTH | METH | [TSETH] | RETH | [ImmDt] | payload | ICRC.
+    """An RDMA WRITE packet: BTH | RETH, [ImmDt] (where IBA puts them) | METH | [TSETH] |
+    payload | ICRC (docs/wire-format.md §4).
 
     ``remote_offset`` is where this packet's payload lands; ``total_length`` is the
     length of the whole WRITE, so any packet alone lets the receiver place data.
