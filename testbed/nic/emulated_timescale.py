@@ -9,11 +9,13 @@ RETRY_EXC_ERR after ~69k probe timeouts). These values fit the emulator;
 `emulated_qp_profile` puts them on the QpProfile defaults, for `bring_up` /
 `connect` or, as JSON, for an agent.
 
-The timers were tuned on the default scenario's fabric (a 10 Mbit/s
-fat-tree, base RTT 18 ms). A slower fabric stretches every RTT, because
-each hop stores and forwards whole frames, so its timers stretch in
-proportion: at 1.5 Mbit/s fixed ones read busy paths as dead (1,135 packet
-and 8,478 probe timeouts in one 8-host permutation).
+Every timer is a multiple of the fabric's base RTT, tuned on the default
+scenario's fabric (a 10 Mbit/s fat-tree, base RTT 18 ms). A slower fabric
+stretches every RTT, because each hop stores and forwards whole frames
+(at 1.5 Mbit/s, timers fixed in seconds read busy paths as dead: 1,135
+packet and 8,478 probe timeouts in one 8-host permutation), and a
+hardware profile's delay stage stretches it further
+(`hardware_profile`).
 """
 from __future__ import annotations
 
@@ -26,11 +28,15 @@ from testbed.nic.qp_state import RetryConfig
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import max_payload
 
-SKIP_QUEUEING_TARGET_S = 0.05
-PACKET_TIMEOUT_S = 0.2
-PROBE_TIMEOUT_S = 0.1
-PROBE_INTERVAL_S = 0.1 # per ASSUMED_BAD EV: at 20 ms, 32 dead EVs took a fifth
-                       # of a 10 Mbit/s port with probes
+# Every endpoint timer in base RTTs of the fabric it runs on. The multiples
+# were tuned on the default scenario's fabric (TUNED_RTT_S, 18 ms), where
+# they read 0.2 s (packet timeout), 0.1 s (probe timeout and interval) and
+# 50 ms (SKIP's queueing target without CE).
+PACKET_TIMEOUT_RTTS = 11.0
+PROBE_TIMEOUT_RTTS = 5.5
+PROBE_INTERVAL_RTTS = 5.5  # per ASSUMED_BAD EV: at 1.1 RTTs, 32 dead EVs
+                           # took a fifth of a 10 Mbit/s port with probes
+SKIP_QUEUEING_TARGET_RTTS = 2.8
 # The QP's ACK (retry) timer runs at the packet timeout. At the hardware
 # value, 16.8 ms, it fired whenever a QP went a few packet times without a
 # SACK: 701 expiries in one 3 Mbit/s MRC permutation, each demoting a
@@ -89,21 +95,29 @@ NO_SIGNALS = CongestionSignals()
 
 def fabric_qp_profile(transport: str, link_rate_bps: float | None,
                       planes: int, path_links: int,
-                      signals: CongestionSignals = NO_SIGNALS) -> QpProfile:
+                      signals: CongestionSignals = NO_SIGNALS,
+                      base_rtt_override_s: float | None = None) -> QpProfile:
     """The profile of a `transport` QP on a fabric shaped to `link_rate_bps`
     (None: unshaped, no congestion control) with `planes` planes and
-    `path_links` links on its longest path."""
+    `path_links` links on its longest path. `base_rtt_override_s`: the
+    fabric's base RTT where a hardware profile sets it (delay stage
+    included, `hardware_profile.EmulatedTime`)."""
     if not link_rate_bps:
         return emulated_qp_profile()
-    profile = emulated_qp_profile(*qp_reach(transport, link_rate_bps, planes,
-                                            path_links), signals=signals)
+    rate, rtt = qp_reach(transport, link_rate_bps, planes, path_links)
+    profile = emulated_qp_profile(rate, base_rtt_override_s or rtt,
+                                  signals=signals)
     config = profile.transport_config
     # A coalesced SACK waits at most as long as the packets it waits for
     # take at the port's rate; the hardware's 50 us is a twentieth of one
     # packet time here, so every SACK would leave alone.
     return replace(profile, transport_config=replace(
-        config, ack_delay_s=config.ack_every * DATA_FRAME_BYTES * 8
-        / link_rate_bps))
+        config, ack_delay_s=config.ack_every * packet_time_s(link_rate_bps)))
+
+
+def packet_time_s(link_rate_bps: float) -> float:
+    """One full MRC data packet's time on a link."""
+    return DATA_FRAME_BYTES * 8 / link_rate_bps
 
 
 def nscc_target_s(link_rate_bps: float, path_links: int,
@@ -133,20 +147,22 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
     Where the fabric marks CE, a SKIP verdict comes from CE alone; where it
     does not, a one-way queueing delay above SKIP_QUEUEING_TARGET_S stands
     in for the mark (the only congestion signal such a fabric gives)."""
-    stretch = max(1.0, rtt_s / TUNED_RTT_S)
-    packet_timeout = PACKET_TIMEOUT_S * stretch
+    # Not below the tuned fabric's RTT: under it, the Python endpoints' and
+    # the userspace datapath's own milliseconds of jitter dominate.
+    rtt = max(rtt_s, TUNED_RTT_S)
+    packet_timeout = PACKET_TIMEOUT_RTTS * rtt
     cc = CcProfile() if link_rate_bps is None else CcProfile(
         NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, rtt_s, MTU,
                                             trimming=signals.trimming))
-    skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_S * stretch
+    skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_RTTS * rtt
     return replace(
         QpProfile(),
         cc_profile=cc,
         transport_config=TransportConfig(
             skip_queueing_target_s=skip_target,
             packet_timeout_s=packet_timeout,
-            probe_timeout_s=PROBE_TIMEOUT_S * stretch),
+            probe_timeout_s=PROBE_TIMEOUT_RTTS * rtt),
         ev_table=EvTableConfig(active_count=ACTIVE_EVS,
-                               probe_interval_s=PROBE_INTERVAL_S * stretch),
+                               probe_interval_s=PROBE_INTERVAL_RTTS * rtt),
         mpr=MPR_UNITS, mpr_dest=MPR_UNITS, timeout_s=packet_timeout,
         retry=RETRY)

@@ -19,6 +19,7 @@ import select
 import socket
 import struct
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -72,6 +73,9 @@ class Nic:
     rx_unknown_source: int = 0
     # When each plane's port is free again (time.monotonic()), if ports pace.
     port_free: dict[int, float] = field(default_factory=dict)
+    # The delay stage: received packets not yet seen by the endpoint, as
+    # (release time, on_packet arguments), in arrival order.
+    held: deque[tuple[float, tuple]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         self.tx = socket.socket(socket.AF_INET6, socket.SOCK_RAW,
@@ -108,8 +112,16 @@ class SocketRuntime:
 
     def __init__(self, book: AddressBook,
                  tap: Callable[[float, Nic, Outgoing], None] | None = None,
-                 port_rate_bps: float | None = None) -> None:
-        """`port_rate_bps`: the NIC ports' line rate. With it, a port takes a
+                 port_rate_bps: float | None = None,
+                 rx_delay_s: float = 0.0) -> None:
+        """`rx_delay_s`: the delay stage (`hardware_profile`): every packet
+        received is held this long before its endpoint sees it, the
+        propagation delay the links lack. One constant delay keeps arrival
+        order, so a FIFO per NIC is the whole timer wheel. It deviates from
+        a delay on the links in one way: a packet already past a link when
+        the link fails still arrives.
+
+        `port_rate_bps`: the NIC ports' line rate. With it, a port takes a
         data packet only when what it already holds leaves within a few
         packet times (HEADROOM_PACKETS, at least MIN_HEADROOM_S), as a NIC
         transmits at its line rate: the packets a QP
@@ -119,6 +131,7 @@ class SocketRuntime:
         self.nics: list[Nic] = []
         self.tap = tap           # sees every packet sent (tests, tracing)
         self.port_rate_bps = port_rate_bps
+        self.rx_delay_s = rx_delay_s
         if port_rate_bps:
             packet_s = DATA_FRAME_BYTES * 8 / port_rate_bps
             self._headroom_s = max(HEADROOM_PACKETS * packet_s, MIN_HEADROOM_S)
@@ -162,6 +175,10 @@ class SocketRuntime:
                 wait = min(wait, max(0.0, due - now))
             busy |= self._send(nic, now) > 0
             busy |= self._receive(nic, now) > 0
+            if nic.held:
+                busy |= self._release(nic, now) > 0
+                if nic.held:
+                    wait = min(wait, max(0.0, nic.held[0][0] - now))
         if not busy:
             self.poller.poll(wait * 1000)
 
@@ -204,6 +221,7 @@ class SocketRuntime:
         count = 0
         recvmsg, owner_of = nic.rx.recvmsg, self.book.owner
         on_packet, unpack_flowinfo = nic.endpoint.on_packet, FLOWINFO.unpack
+        delay, held = self.rx_delay_s, nic.held
         while count < RX_BUDGET:
             try:
                 data, ancdata, _flags, (src, sport, _flow, _scope) = recvmsg(
@@ -222,8 +240,21 @@ class SocketRuntime:
             else:
                 flowinfo = flowinfo_of(ancdata)
             ce = (flowinfo >> 20) & ECN_MASK == ECN_CE
-            on_packet(now, data, sport_flowlabel_to_ev(sport, flowinfo & FLOW_LABEL_MASK),
-                      owner[1], owner[0], ce)
+            args = (data, sport_flowlabel_to_ev(sport, flowinfo & FLOW_LABEL_MASK),
+                    owner[1], owner[0], ce)
+            if delay:
+                held.append((now + delay, args))
+            else:
+                on_packet(now, *args)
+        return count
+
+    def _release(self, nic: Nic, now: float) -> int:
+        """Hand the endpoint the held packets whose delay is over."""
+        held, on_packet = nic.held, nic.endpoint.on_packet
+        count = 0
+        while held and held[0][0] <= now:
+            on_packet(now, *held.popleft()[1])
+            count += 1
         return count
 
 

@@ -209,6 +209,7 @@ class Scenario:
     is_quick: bool = False
     quick: 'Scenario | None' = field(default=None, repr=False, compare=False)
     capture: CaptureSpec | None = None
+    hardware: str | None = None         # a hardware_profile name; None: none
 
     def quick_version(self) -> 'Scenario':
         """The `quick` overrides applied (already validated at load); the

@@ -27,12 +27,13 @@ from testbed.nic.wire import BTH_LEN, INNER_HEADERS_LEN, IPV6_HEADER_LEN
 from testbed.workload.model import (CaptureSpec, ConnectionMatrix, FabricOf,
                                     Fault, Scenario, Victim, WorkloadSpec,
                                     fabric_of)
+from testbed.nic.hardware_profile import HARDWARE_PROFILES
 from testbed.workload.workloads import check_shares_last_hop
 
 REQUIRED_KEYS = ('name', 'topology', 'link_rate_mbit', 'transports',
                  'workload', 'duration_s')
 OPTIONAL_KEYS = ('description', 'faults', 'seed', 'repetitions', 'quick',
-                 'capture')
+                 'capture', 'hardware')
 TOP_LEVEL_KEYS = REQUIRED_KEYS + OPTIONAL_KEYS
 NOT_IN_QUICK = ('name', 'transports', 'topology', 'quick')
 NAME_PATTERN = re.compile(r'[a-z0-9_-]{1,64}')
@@ -134,6 +135,7 @@ def _scenario(data: Any, base_dir: Path, source: str,
         repetitions=_integer(data.get('repetitions', 1), 'repetitions',
                              least=1),
         capture=_capture(data.get('capture'), fabric),
+        hardware=_hardware(data.get('hardware')),
         source_path=source, source_text=source_text)
 
 
@@ -426,6 +428,16 @@ _FAULT_CHECKS: dict[str, Callable[..., Any]] = {
     'plane': _fault_plane,
     'host': lambda v, w, f: _host(v, w, f),
 }
+
+
+def _hardware(value: Any) -> str | None:
+    if value is None or value == 'none':
+        return None
+    name = _string(value, 'hardware')
+    if name not in HARDWARE_PROFILES:
+        raise _Invalid('hardware', 'unknown profile %r (known: %s, or none)'
+                       % (name, ', '.join(HARDWARE_PROFILES)))
+    return name
 
 
 def _capture(value: Any, fabric: FabricOf) -> CaptureSpec | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from testbed.fabric.faults.catalogue import FAULT_KINDS, FaultKind, Param
 from testbed.fabric.topo_spec import TOPOLOGIES
+from testbed.nic.hardware_profile import HARDWARE_PROFILES
 from testbed.workload.scenario import (MIN_SNAPLEN, NAME_PATTERN, NOT_IN_QUICK,
                                        REQUIRED_KEYS, TOP_LEVEL_KEYS,
                                        WORKLOAD_PARAMS)
@@ -47,6 +48,9 @@ KEY_SCHEMAS: dict[str, dict] = {
     'duration_s': POSITIVE,
     'seed': {'type': 'integer'},
     'repetitions': COUNT,
+    'hardware': {'enum': [*HARDWARE_PROFILES, 'none'],
+                 'description': 'the hardware the fabric stands for: packets '
+                 'in flight and timers scaled to it (docs/timescale.md)'},
     'capture': {'type': 'object', 'additionalProperties': False,
                 'minProperties': 1,
                 'properties': {
