@@ -47,7 +47,7 @@
  *     hop, so a DSCP rewrite would add an unsourced number and change nothing.
  *
  *  4. Priority: trimmed packets and MRC control packets (SACK, NACK, reliability probe,
- *     EV probe and reply) get skb->priority = the port's control-class priority. HTB takes
+ *     EV probe and reply, CNP) get skb->priority = the port's control-class priority. HTB takes
  *     skb->priority as a class id when its major number equals the qdisc's handle
  *     (net/sched/sch_htb.c htb_classify()), so with switch_port.py's priority HTB they are
  *     served before queued full-size data. 0 = leave skb->priority alone.
@@ -77,7 +77,8 @@
 	!defined(MRC_METH_LEN) || !defined(MRC_TSETH_LEN) || !defined(MRC_RETH_LEN) ||    \
 	!defined(MRC_IMMDT_LEN) || !defined(MRC_ICRC_LEN) || !defined(MRC_FLAG_TIMESTAMP) || \
 	!defined(MRC_FLAG_TRIMMED) || !defined(MRC_FLAG_TRIMMED_LASTHOP) ||                 \
-	!defined(MRC_DATA_OPCODES) || !defined(MRC_IMM_OPCODES) || !defined(MRC_CONTROL_OPCODES)
+	!defined(MRC_DATA_OPCODES) || !defined(MRC_IMM_OPCODES) || !defined(MRC_CONTROL_OPCODES) || \
+	!defined(MRC_CONTROL_OPCODES_HIGH)
 #error "build with testbed/fabric/switch_port.py: it passes the wire constants of testbed/nic/wire.py"
 #endif
 
@@ -95,6 +96,8 @@
 /* Largest MRC header block before the payload: BTH METH TSETH RETH ImmDt. */
 #define MRC_MAX_HDR (MRC_BTH_LEN + MRC_METH_LEN + MRC_TSETH_LEN + MRC_RETH_LEN + MRC_IMMDT_LEN)
 #define OPCODE_IN(set, op) ((op) < 64 && (((__u64)(set) >> (op)) & 1))
+/* The second range, from 0x80: RoCEv2's CNP (0x81). */
+#define OPCODE_IN_HIGH(set, op) ((op) >= 0x80 && (op) < 0xC0 && (((__u64)(set) >> ((op) - 0x80)) & 1))
 
 /* port_config.flags; switch_port.py has the same numbers (FLAG_*). */
 #define PORT_MARK 0x1
@@ -178,7 +181,8 @@ static __always_inline void parse_mrc(struct __sk_buff *skb, struct pkt *p, __u3
 	p->mrc_off = udp_off + UDP_HLEN;
 	p->opcode = bth[0];
 	p->bth_flags = bth[1];
-	if (OPCODE_IN(MRC_CONTROL_OPCODES, p->opcode)) {
+	if (OPCODE_IN(MRC_CONTROL_OPCODES, p->opcode) ||
+	    OPCODE_IN_HIGH(MRC_CONTROL_OPCODES_HIGH, p->opcode)) {
 		p->control = 1;
 		return;
 	}

@@ -177,10 +177,16 @@ def headers_present() -> bool:
 # --------------------------------------------------------------------------
 
 
-def _opcode_mask(opcodes: Iterable[int]) -> str:
-    values = [int(op) for op in opcodes]
-    if any(not 0 <= op < 64 for op in values):   # the program tests a 64-bit mask
-        raise SwitchPortError('opcodes beyond 63 need a wider mask in switch_port.c')
+HIGH_OPCODES = 0x80     # IBA's CNP opcode (0x81) sits in this second range
+
+
+def _opcode_mask(opcodes: Iterable[int], base: int = 0) -> str:
+    """The 64-bit mask of `opcodes`, bit i for opcode base + i (the program tests two
+    such words: IBA's RC range from 0 and its CNP range from 0x80)."""
+    values = [int(op) - base for op in opcodes]
+    if any(not 0 <= op < 64 for op in values):
+        raise SwitchPortError('opcodes outside %d..%d need another mask in switch_port.c'
+                              % (base, base + 63))
     return '0x%xULL' % sum(1 << op for op in values)
 
 
@@ -202,7 +208,9 @@ def wire_defines() -> dict[str, str]:
         'MRC_FLAG_TRIMMED_LASTHOP': '0x%02x' % wire.FLAG_TRIMMED_LASTHOP,
         'MRC_DATA_OPCODES': _opcode_mask(wire.DATA_OPCODES),
         'MRC_IMM_OPCODES': _opcode_mask(wire.IMM_OPCODES),
-        'MRC_CONTROL_OPCODES': _opcode_mask(control),
+        'MRC_CONTROL_OPCODES': _opcode_mask(op for op in control if op < HIGH_OPCODES),
+        'MRC_CONTROL_OPCODES_HIGH': _opcode_mask(
+            (op for op in control if op >= HIGH_OPCODES), HIGH_OPCODES),
     }
 
 

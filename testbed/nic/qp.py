@@ -46,7 +46,7 @@ from testbed.nic.requester import Requester
 from testbed.nic.responder import Responder
 from testbed.nic.routes import FixedRoute, ReverseRoutes, ecmp_route, rocev2_source_port
 from testbed.nic.transport_config import TRANSPORTS, Transport, TransportConfig
-from testbed.nic.wire import DataPacket, Nack, ReliabilityProbe, RxData, RxSack, Sack
+from testbed.nic.wire import Cnp, DataPacket, Nack, ReliabilityProbe, RxData, RxSack, Sack
 
 MAX_MESSAGE = 1 << 31            # verbs max_msg_sz of common RoCE NICs
 # Enum members read through the class cost an attribute lookup each; the per-packet entry
@@ -174,7 +174,8 @@ class QueuePair:
         self.responder = Responder(
             qpn=self.qpn, rtr=rtr, config=config, placement=self._placement,
             recv_queue=self._recv_queue, recv_cq=self.recv_cq, counters=self.counters,
-            reverse=reverse, in_order=self.transport == "rc", fail=self.fail)
+            reverse=reverse, in_order=self.transport == "rc", fail=self.fail,
+            cnp_interval_s=self.init.cc_profile.cnp_interval_s)
 
     def _pinned(self, rtr: RtrAttrs) -> FixedRoute:
         sport = rocev2_source_port(self.qpn, rtr.dest_qp)
@@ -246,6 +247,8 @@ class QueuePair:
             self.requester.on_sack(now, pkt)
         elif kind is Nack:
             self.requester.on_nack(now, pkt)
+        elif kind is Cnp:
+            self.requester.on_cnp(now)
 
     def next_deadline(self) -> float | None:
         state = self.state

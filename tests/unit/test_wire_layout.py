@@ -35,6 +35,7 @@ from tests.unit.wire_examples import DST, EXAMPLES, SRC
         ("reliability_probe_no_ts", 16),
         ("ev_probe", 28),
         ("ev_probe_reply", 32),
+        ("cnp", 32),          # RoCEv2 CNP: BTH, 16 reserved bytes, ICRC
     ],
 )
 def test_encoded_lengths(name: str, length: int) -> None:

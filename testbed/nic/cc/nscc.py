@@ -37,6 +37,7 @@ from testbed.nic.cc.base import (
     CcConfigError,
     check_bytes,
     check_penalty,
+    WindowOnly,
     register_cc,
 )
 
@@ -295,7 +296,7 @@ def rtt_sample_is_unambiguous(rtx_count: int, retx_echo: bool) -> bool:
 # --------------------------------------------------------------------------
 
 
-class Nscc:
+class Nscc(WindowOnly):
     """NSCC window for one QPCC [UEC] §3.6.13.5-6.
 
     ``initial_cwnd`` defaults to max_cwnd (UEC: cwnd starts at MaxWnd).
@@ -672,4 +673,4 @@ __all__ = [
     "rtt_sample_is_unambiguous",
 ]
 
-register_cc(NSCC_ALGORITHM, _make_nscc, config_type=NsccConfig)
+register_cc(NSCC_ALGORITHM, _make_nscc, config_type=NsccConfig, defaults=NsccConfig.defaults)

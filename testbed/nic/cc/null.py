@@ -12,11 +12,17 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from testbed.nic.cc.base import NULL_ALGORITHM, check_bytes, check_penalty, register_cc
+from testbed.nic.cc.base import (
+    NULL_ALGORITHM,
+    WindowOnly,
+    check_bytes,
+    check_penalty,
+    register_cc,
+)
 from testbed.nic.cc.nscc import NsccCounters
 
 
-class NullCc:
+class NullCc(WindowOnly):
     """CC disabled (NULL profile): tracks inflight for stats, never limits."""
 
     limits_sending = False

@@ -39,6 +39,7 @@ CC_STATE_LEN = 20
 NETH_LEN = 16
 EV_PROBE_LEN = 12
 EV_PROBE_REPLY_LEN = 16
+CNP_BODY_LEN = 16   # RoCEv2 CNP: 16 reserved bytes between BTH and ICRC
 
 REQ_ID_MASK = 0xFFFF  # endpoint operations carry a u16 request id in BTH PSN[15:0]
 MPR_UNIT_PSNS = 128
@@ -75,6 +76,9 @@ class Opcode(IntEnum):
     RELIABILITY_PROBE = 0x1A
     EV_PROBE = 0x1B
     EV_PROBE_REPLY = 0x1C
+    # RoCEv2's congestion notification packet (IBA Annex A17: BTH opcode 0x81), which a
+    # DCQCN notification point sends its reaction point on a CE mark.
+    CNP = 0x81
 
 
 class Verdict(IntEnum):
@@ -154,6 +158,7 @@ SACK_LEN = BTH_LEN + SETH_LEN + CC_STATE_LEN + ICRC_LEN
 NACK_LEN = BTH_LEN + NETH_LEN + ICRC_LEN
 EV_PROBE_PACKET_LEN = BTH_LEN + EV_PROBE_LEN + ICRC_LEN
 EV_PROBE_REPLY_PACKET_LEN = BTH_LEN + EV_PROBE_REPLY_LEN + ICRC_LEN
+CNP_PACKET_LEN = BTH_LEN + CNP_BODY_LEN + ICRC_LEN
 MIN_DATA_PACKET_LEN = BTH_LEN + METH_LEN + RETH_LEN + ICRC_LEN
 
 
