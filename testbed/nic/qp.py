@@ -32,6 +32,8 @@ from testbed.nic.memory import ReorderFreePlacement
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp_counters import QpCounters
 from testbed.nic.qp_state import (
+    RC_TIMEOUT_UNIT_S,
+    TIMEOUT_UNIT_S,
     InitAttrs,
     QpError,
     QpState,
@@ -110,7 +112,9 @@ class QueuePair:
             self.rtr = rtr_attrs(attrs)
             self._build_responder()
         else:
-            self.rts = rts_attrs(attrs, default_sq_psn=self.initial_psn)
+            # An RC QP's timeout exponent counts in the IBA's 4.096 us, MRC's in mrc.h's.
+            unit = RC_TIMEOUT_UNIT_S if self.transport == "rc" else TIMEOUT_UNIT_S
+            self.rts = rts_attrs(attrs, default_sq_psn=self.initial_psn, timeout_unit_s=unit)
             self._build_requester()
         if target not in (QpState.RESET, QpState.ERROR):
             self.state = target
