@@ -23,7 +23,7 @@ from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig
 from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.qp_profile import QpProfile
 from testbed.nic.qp_state import RetryConfig
-from testbed.nic.transport_config import TransportConfig
+from testbed.nic.transport_config import DEFAULT_CC, TransportConfig
 from testbed.nic.wire import max_payload
 
 SKIP_QUEUEING_TARGET_S = 0.05
@@ -39,6 +39,9 @@ PROBE_INTERVAL_S = 0.1 # per ASSUMED_BAD EV: at 20 ms, 32 dead EVs took a fifth
 # from last progress to RETRY_EXC_ERR where the hardware value put it: 22
 # timeouts, 4.4 s on the tuned fabric.
 RETRY = RetryConfig(linear_cnt=7, exp_cnt=3)
+# An RC QP's budget is the verbs one: retry_cnt 7 at the ACK timeout, no
+# backoff (8 timeouts, 1.6 s on the tuned fabric, from last progress).
+RC_RETRY = RetryConfig.verbs()
 MPR_UNITS = 2          # 256 PSNs in flight: the userspace datapath drops
                        # bursts much larger than its socket buffers
 ACTIVE_EVS = 32        # hardware keeps 128-256 EVs against a BDP of hundreds of packets;
@@ -89,19 +92,23 @@ NO_SIGNALS = CongestionSignals()
 
 def fabric_qp_profile(transport: str, link_rate_bps: float | None,
                       planes: int, path_links: int,
-                      signals: CongestionSignals = NO_SIGNALS) -> QpProfile:
+                      signals: CongestionSignals = NO_SIGNALS,
+                      cc: str | None = None) -> QpProfile:
     """The profile of a `transport` QP on a fabric shaped to `link_rate_bps`
     (None: unshaped, no congestion control) with `planes` planes and
-    `path_links` links on its longest path."""
+    `path_links` links on its longest path, running congestion control `cc`
+    (a registered algorithm; None: the transport's DEFAULT_CC)."""
+    retry = RC_RETRY if transport == 'rc' else RETRY
     if not link_rate_bps:
-        return emulated_qp_profile()
+        return replace(emulated_qp_profile(), retry=retry)
     profile = emulated_qp_profile(*qp_reach(transport, link_rate_bps, planes,
-                                            path_links), signals=signals)
+                                            path_links), signals=signals,
+                                  cc=cc or DEFAULT_CC[transport])
     config = profile.transport_config
     # A coalesced SACK waits at most as long as the packets it waits for
     # take at the port's rate; the hardware's 50 us is a twentieth of one
     # packet time here, so every SACK would leave alone.
-    return replace(profile, transport_config=replace(
+    return replace(profile, retry=retry, transport_config=replace(
         config, ack_delay_s=config.ack_every * DATA_FRAME_BYTES * 8
         / link_rate_bps))
 
@@ -121,11 +128,13 @@ TUNED_RTT_S = base_rtt_s(10e6, 6)
 
 def emulated_qp_profile(link_rate_bps: float | None = None,
                         rtt_s: float = PROCESSING_RTT_S,
-                        signals: CongestionSignals = NO_SIGNALS) -> QpProfile:
+                        signals: CongestionSignals = NO_SIGNALS,
+                        cc: str = NSCC_ALGORITHM) -> QpProfile:
     """The QP profile for a fabric whose base RTT is `rtt_s` (`base_rtt_s`).
 
-    With `link_rate_bps` (what the QP can reach, `qp_reach`) NSCC
-    keeps the shaped links' queues short; without it there is no congestion
+    With `link_rate_bps` (what the QP can reach, `qp_reach`) congestion
+    control `cc` (NSCC unless told) keeps the shaped links' queues short,
+    with its defaults for that rate and RTT; without it there is no congestion
     control and only the MPR window bounds what is in flight (measured on 1
     plane x 20 Mbit/s: 63% of line rate with 36% of packets retransmitted
     after queue-induced timeouts, against 91% and none with NSCC).
@@ -135,13 +144,12 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
     in for the mark (the only congestion signal such a fabric gives)."""
     stretch = max(1.0, rtt_s / TUNED_RTT_S)
     packet_timeout = PACKET_TIMEOUT_S * stretch
-    cc = CcProfile() if link_rate_bps is None else CcProfile(
-        NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, rtt_s, MTU,
-                                            trimming=signals.trimming))
+    cc_profile = CcProfile() if link_rate_bps is None else \
+        CcProfile.for_fabric(cc, link_rate_bps, rtt_s, MTU, signals.trimming)
     skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_S * stretch
     return replace(
         QpProfile(),
-        cc_profile=cc,
+        cc_profile=cc_profile,
         transport_config=TransportConfig(
             skip_queueing_target_s=skip_target,
             packet_timeout_s=packet_timeout,

@@ -18,6 +18,7 @@ from mininet.topo import Topo
 from testbed.fabric.faults.catalogue import last_step_at
 from testbed.fabric.topo_spec import TopoSpec, parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
+from testbed.nic.transport_config import DEFAULT_CC
 
 MB = 1_000_000
 
@@ -200,6 +201,13 @@ class Scenario:
     source_text: str = field(default='', repr=False)
     is_quick: bool = False
     quick: 'Scenario | None' = field(default=None, repr=False, compare=False)
+    cc: tuple[tuple[str, str], ...] = ()  # (transport, algorithm) the file chose
+
+    def cc_of(self, transport: str) -> str | None:
+        """The congestion control `transport`'s endpoints run: the file's choice,
+        else the transport's default; None for the kernel's transports."""
+        chosen = dict(self.cc)
+        return chosen.get(transport, DEFAULT_CC.get(transport))
 
     def quick_version(self) -> 'Scenario':
         """The `quick` overrides applied (already validated at load); the
