@@ -23,7 +23,7 @@ DC = NsccConfig.defaults(100e9, 10e-6, MTU, trimming=True)
 
 
 class FixedWindow:
-    """A stand-in for a controller a later module registers (DCQCN, say)."""
+    """A stand-in for a controller a later module registers."""
 
     limits_sending = True
 
@@ -88,3 +88,25 @@ def test_a_registered_algorithm_is_selected_by_its_profile(registry: None) -> No
 def test_a_name_registers_once(registry: None) -> None:
     with pytest.raises(CcConfigError, match="already registered"):
         register_cc(NSCC_ALGORITHM, lambda config, **_: NullCc())
+
+
+def test_a_fabric_profile_is_the_algorithms_registered_defaults() -> None:
+    profile = CcProfile.for_fabric(NSCC_ALGORITHM, 100e9, 10e-6, MTU, trimming=True)
+    assert profile == CcProfile(NSCC_ALGORITHM, DC)
+    assert CcProfile.for_fabric(NULL_ALGORITHM, 100e9, 10e-6, MTU, True) == CcProfile()
+    assert profile.cnp_interval_s is None      # NSCC reads no CNPs: its peer sends none
+
+
+def test_an_algorithm_without_fabric_defaults_says_so(registry: None) -> None:
+    register_cc("fixed-window", lambda config, **_: FixedWindow(config), config_type=int)
+    with pytest.raises(CcConfigError, match="no defaults for a fabric"):
+        CcProfile.for_fabric("fixed-window", 100e9, 10e-6, MTU, True)
+
+
+@pytest.mark.parametrize("algorithm", [NSCC_ALGORITHM, NULL_ALGORITHM])
+def test_window_controllers_never_pace(algorithm: str) -> None:
+    cc = make_cc(CcProfile.for_fabric(algorithm, 100e9, 10e-6, MTU, True))
+    assert not cc.paces and cc.next_send_time() == float("-inf")
+    cc.on_cnp(0.0)                              # read by nobody: changes nothing
+    assert cc.stats() == make_cc(CcProfile.for_fabric(algorithm, 100e9, 10e-6, MTU,
+                                                      True)).stats()
