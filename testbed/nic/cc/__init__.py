@@ -16,7 +16,7 @@ from testbed.nic.cc.base import (
     CcFactory,
     CcProfile,
     CongestionControl,
-    WindowOnly,
+    Unpaced,
     cc_algorithm,
     make_cc,
     register_cc,
@@ -41,7 +41,7 @@ from testbed.nic.cc.null import NullCc
 
 __all__ = [
     "DCQCN_ALGORITHM", "Dcqcn", "DcqcnConfig", "DcqcnConfigError", "DcqcnCounters",
-    "WindowOnly", "NSCC_ALGORITHM", "NULL_ALGORITHM", "CcAlgorithm", "CcConfigError", "CcFactory",
+    "Unpaced", "NSCC_ALGORITHM", "NULL_ALGORITHM", "CcAlgorithm", "CcConfigError", "CcFactory",
     "CcProfile", "CongestionControl", "Nscc", "NsccConfig", "NsccConfigError",
     "NsccCounters", "NullCc", "cc_algorithm", "make_cc", "register_cc",
     "registered_cc_algorithms", "rtt_sample_is_unambiguous",

@@ -84,7 +84,7 @@ class CongestionControl(Protocol):
     def stats(self) -> dict[str, float | int | bool | None]: ...
 
 
-class WindowOnly:
+class Unpaced:
     """The rate-based part of CongestionControl for a controller without it: it never
     paces and does not read CNPs (NSCC reads ECN from SACKs; NULL reads nothing)."""
 
@@ -98,6 +98,69 @@ class WindowOnly:
 
     def on_cnp(self, now: float) -> None:
         """A CNP carries nothing this controller reads."""
+
+
+class Unlimited:
+    """The window part of CongestionControl for a controller without a window (NULL,
+    and the rate-based DCQCN): it tracks what is in flight and counts events for stats,
+    never limits, and reads no receiver penalty. A subclass sets ``counters`` (with sent_bytes, acks, acked_bytes,
+    trim_count, last_hop_trim_count, loss_count) and ``_inflight``."""
+
+    limits_sending = False
+    counters: Any
+    _inflight: int
+
+    @property
+    def cwnd(self) -> float:
+        return math.inf
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def stats(self) -> dict[str, float | int | bool | None]:
+        state: dict[str, float | int | bool | None] = {
+            "cwnd": math.inf, "inflight": self._inflight}
+        state.update(asdict(self.counters))
+        return state
+
+    def can_send(self, nbytes: int) -> bool:
+        return True
+
+    def on_send(self, nbytes: int, now: float) -> None:
+        if type(nbytes) is not int or nbytes < 0:     # per packet: test inline, raise there
+            check_bytes("nbytes", nbytes)
+        self._inflight += nbytes
+        self.counters.sent_bytes += nbytes
+
+    def ack_request(self, ack_gen_trigger: int = 0) -> bool:
+        return False
+
+    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float,
+               service_time_s: float = 0.0, retransmitted: bool = False,
+               rcv_cwnd_pen: int = 0, restore_cwnd: bool = False) -> None:
+        if type(acked_bytes) is not int or acked_bytes < 0:   # per SACK: test inline
+            check_bytes("acked_bytes", acked_bytes)
+        self._inflight -= acked_bytes
+        self.counters.acks += 1
+        self.counters.acked_bytes += acked_bytes
+
+    def on_trim(self, nbytes: int, now: float, last_hop: bool,
+                rtt_s: float | None = None, retransmitted: bool = False) -> None:
+        check_bytes("nbytes", nbytes)
+        self._inflight -= nbytes
+        self.counters.trim_count += 1
+        self.counters.last_hop_trim_count += int(last_hop)
+
+    def on_loss(self, nbytes: int, now: float) -> None:
+        check_bytes("nbytes", nbytes)
+        self._inflight -= nbytes
+        self.counters.loss_count += 1
+
+    def on_receiver_penalty(self, pen: int, now: float, acked_bytes: int = 0,
+                            restore: bool = False) -> bool:
+        check_penalty(pen)
+        return False
 
 
 class CcFactory(Protocol):

@@ -51,9 +51,9 @@ which is what a hardware timer firing on time would have done before that event.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from testbed.nic.cc.base import CcConfigError, check_bytes, check_penalty, register_cc
+from testbed.nic.cc.base import CcConfigError, Unlimited, register_cc
 
 DCQCN_ALGORITHM = "dcqcn"
 
@@ -187,10 +187,9 @@ class DcqcnCounters:
     loss_count: int = 0
 
 
-class Dcqcn:
-    """The DCQCN reaction point of one QP (module docstring)."""
+class Dcqcn(Unlimited):
+    """The DCQCN reaction point of one QP (module docstring); no window (Unlimited)."""
 
-    limits_sending = False
     paces = True
 
     def __init__(self, config: DcqcnConfig, *, now: float = 0.0) -> None:
@@ -287,57 +286,12 @@ class Dcqcn:
             if self._rate_timer_due is None:
                 break
 
-    # -- what every controller answers ----------------------------------------------------
-
-    @property
-    def cwnd(self) -> float:
-        return math.inf
-
-    @property
-    def inflight(self) -> int:
-        return self._inflight
-
-    def can_send(self, nbytes: int) -> bool:
-        return True
-
-    def ack_request(self, ack_gen_trigger: int = 0) -> bool:
-        return False
-
-    def on_send(self, nbytes: int, now: float) -> None:
-        check_bytes("nbytes", nbytes)
-        self._inflight += nbytes
-        self.counters.sent_bytes += nbytes
-
-    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float,
-               service_time_s: float = 0.0, retransmitted: bool = False,
-               rcv_cwnd_pen: int = 0, restore_cwnd: bool = False) -> None:
-        check_bytes("acked_bytes", acked_bytes)
-        self._inflight -= acked_bytes
-        self.counters.acks += 1
-        self.counters.acked_bytes += acked_bytes
-
-    def on_trim(self, nbytes: int, now: float, last_hop: bool,
-                rtt_s: float | None = None, retransmitted: bool = False) -> None:
-        check_bytes("nbytes", nbytes)
-        self._inflight -= nbytes
-        self.counters.trim_count += 1
-        self.counters.last_hop_trim_count += int(last_hop)
-
-    def on_loss(self, nbytes: int, now: float) -> None:
-        check_bytes("nbytes", nbytes)
-        self._inflight -= nbytes
-        self.counters.loss_count += 1
-
-    def on_receiver_penalty(self, pen: int, now: float, acked_bytes: int = 0,
-                            restore: bool = False) -> bool:
-        check_penalty(pen)
-        return False                            # DCQCN reads CNPs, not SACK penalties
+    # -- stats ----------------------------------------------------------------------------
 
     def stats(self) -> dict[str, float | int | bool | None]:
-        state: dict[str, float | int | bool | None] = {
-            "cwnd": math.inf, "inflight": self._inflight, "rate_bps": round(self.rate_bps),
-            "target_rate_bps": round(self.target_bps), "alpha": round(self.alpha, 6)}
-        state.update(asdict(self.counters))
+        state = super().stats()
+        state.update(rate_bps=round(self.rate_bps), target_rate_bps=round(self.target_bps),
+                     alpha=round(self.alpha, 6))
         return state
 
 

@@ -37,7 +37,7 @@ from testbed.nic.cc.base import (
     CcConfigError,
     check_bytes,
     check_penalty,
-    WindowOnly,
+    Unpaced,
     register_cc,
 )
 
@@ -296,7 +296,7 @@ def rtt_sample_is_unambiguous(rtx_count: int, retx_echo: bool) -> bool:
 # --------------------------------------------------------------------------
 
 
-class Nscc(WindowOnly):
+class Nscc(Unpaced):
     """NSCC window for one QPCC [UEC] §3.6.13.5-6.
 
     ``initial_cwnd`` defaults to max_cwnd (UEC: cwnd starts at MaxWnd).
