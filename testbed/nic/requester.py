@@ -18,7 +18,9 @@ spurious retransmission.
 Congestion-window accounting is per packet (`SentPacket.counted`): a transmission enters the
 window once; its bytes leave it once, when it is acknowledged (cc.on_ack), trimmed
 (cc.on_trim) or declared lost (cc.on_loss). The SACK's received-bytes counter is kept for
-stats only, because duplicates and losses would make a window fed from it drift.
+stats only, because duplicates and losses would make a window fed from it drift. A
+rate-based controller (DCQCN, `cc.paces`) also holds each data packet until its
+`next_send_time()`; `paced_until` is then when the QP must be woken to send it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ SACK policy (TransportConfig): one SACK per `ack_every` in-order packets, at onc
 out-of-order arrival, a filled hole, a duplicate, an ACK_REQUEST, the end of a WRITE, a
 non-NONE verdict or a probe; a coalesced SACK never waits longer than `ack_delay_s`.
 
+When the QP's congestion control reads CNPs (DCQCN: `CcProfile.cnp_interval_s`), the
+responder is its notification point: a CE-marked data packet brings a CNP, at most one
+per `cnp_interval_s`.
+
 WRITE_WITH_IMM completions are released when the cumulative PSN passes the packet that
 carried the immediate: all earlier PSNs, hence all earlier messages, have then been placed, so
 completions come out in MSN order however the last packets were reordered [3P:ns3 via
