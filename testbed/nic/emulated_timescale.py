@@ -145,7 +145,8 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
     stretch = max(1.0, rtt_s / TUNED_RTT_S)
     packet_timeout = PACKET_TIMEOUT_S * stretch
     cc_profile = CcProfile() if link_rate_bps is None else \
-        CcProfile.for_fabric(cc, link_rate_bps, rtt_s, MTU, signals.trimming)
+        CcProfile.for_fabric(cc, link_rate_bps, rtt_s, MTU, signals.trimming,
+                             ack_timeout_s=packet_timeout)
     skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_S * stretch
     return replace(
         QpProfile(),

@@ -16,7 +16,12 @@ from testbed.nic.cc import (
     DcqcnConfigError,
     make_cc,
 )
-from testbed.nic.cc.dcqcn import HARDWARE_BASE_RTT_S, HW_CNP_INTERVAL_S, HW_RATE_TIMER_S
+from testbed.nic.cc.dcqcn import (
+    HARDWARE_BASE_RTT_S,
+    HW_CNP_INTERVAL_S,
+    HW_MIN_RATE_PACKET_SHARE,
+    HW_RATE_TIMER_S,
+)
 
 LINE = 10e6
 RTT = 0.027                    # the default scenario's fabric: 10 Mbit/s, 6-link paths
@@ -45,6 +50,14 @@ def test_timers_scale_with_the_base_rtt_and_rates_with_the_line_rate() -> None:
     assert cfg.byte_counter_bytes / (LINE / 8 * RTT) == pytest.approx(
         hardware.byte_counter_bytes / (hardware.line_rate_bps / 8 * HARDWARE_BASE_RTT_S),
         rel=1e-3)
+
+
+def test_the_minimum_rate_lets_a_packet_leave_within_the_share_of_the_ack_timeout() -> None:
+    # Hardware: one 4 KB packet at rpg_min_rate takes ~half an RC ACK timeout (timeout 14).
+    timeout = 0.2
+    cfg = DcqcnConfig.defaults(LINE, RTT, 1500, ack_timeout_s=timeout)
+    assert 1500 * 8 / cfg.min_rate_bps == pytest.approx(HW_MIN_RATE_PACKET_SHARE * timeout)
+    assert DcqcnConfig.defaults(LINE, RTT).min_rate_bps < cfg.min_rate_bps   # scaled alone
 
 
 def test_starts_at_line_rate_and_paces_each_packet_at_the_rate() -> None:

@@ -170,8 +170,10 @@ class CcFactory(Protocol):
                  base_rtt_floor_s: float | None) -> CongestionControl: ...
 
 
-FabricDefaults = Callable[[float, float, int, bool], Any]
-"""(line rate bit/s, base RTT s, MTU, trimming) -> the algorithm's config for that fabric."""
+FabricDefaults = Callable[..., Any]
+"""(line rate bit/s, base RTT s, MTU, trimming, *, ack_timeout_s) -> the algorithm's config
+for that fabric; ack_timeout_s (the QP's local ACK timeout, or None) is for a controller
+whose slowest rate must stay within it."""
 
 
 @dataclass(frozen=True)
@@ -243,14 +245,16 @@ class CcProfile:
 
     @classmethod
     def for_fabric(cls, algorithm: str, link_rate_bps: float, base_rtt_s: float, mtu: int,
-                   trimming: bool) -> CcProfile:
-        """`algorithm` with its defaults for a fabric of this line rate and base RTT."""
+                   trimming: bool, ack_timeout_s: float | None = None) -> CcProfile:
+        """`algorithm` with its defaults for a fabric of this line rate and base RTT, for
+        a QP with this local ACK timeout."""
         chosen = cc_algorithm(algorithm)
         if chosen.config_type is None:
             return cls(algorithm)
         if chosen.defaults is None:
             raise CcConfigError(f"CC algorithm {algorithm!r} has no defaults for a fabric")
-        return cls(algorithm, chosen.defaults(link_rate_bps, base_rtt_s, mtu, trimming))
+        return cls(algorithm, chosen.defaults(link_rate_bps, base_rtt_s, mtu, trimming,
+                                              ack_timeout_s=ack_timeout_s))
 
     def to_json(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm,

@@ -39,7 +39,9 @@ gains are scaled against too, nscc.REFERENCE_RTT_S).
 
 The emulated timescale (``DcqcnConfig.defaults``): every timer is scaled by the ratio of
 the fabric's base RTT to the hardware's, every rate by the ratio of the QP's line rate to
-the hardware's, and the byte counter by both (so it stays the same share of a BDP). On
+the hardware's, and the byte counter by both (so it stays the same share of a BDP); the minimum rate is kept where one
+packet still leaves within the share of the QP's ACK timeout it takes on hardware
+(HW_MIN_RATE_PACKET_SHARE). On
 the default 10 Mbit/s fabric (base RTT 27 ms) the 300 us rate timer becomes 0.7 s, about
 25 base RTTs as on hardware, and the 4 us CNP interval 9 ms.
 
@@ -73,6 +75,14 @@ HW_AI_RATE_BPS = 5e6                   # rpg_ai_rate
 HW_HAI_RATE_BPS = 50e6                 # rpg_hai_rate
 HW_RATE_REDUCE_PERIOD_S = 4e-6         # rate_reduce_monitor_period
 HW_CNP_INTERVAL_S = 4e-6               # np min_time_between_cnps
+# On hardware one packet at rpg_min_rate (a 4 KB RoCE MTU at 1 Mb/s: 33 ms) takes half of
+# an RC QP's local ACK timeout at timeout 14 (4.096 us x 2^14 = 67 ms): at its slowest a QP
+# still makes progress within its timer. The emulated ACK timeout is far fewer RTTs than
+# the hardware's, so the minimum rate keeps that share of the QP's ACK timeout (when it is
+# known) rather than only the hardware's share of the line rate: else a deep cut leaves a
+# go-back-N QP without progress for its whole retry budget (measured: a 7:1 incast of RC
+# QPs ended in RETRY_EXC_ERR, their rate cut to the scaled 50 bit/s).
+HW_MIN_RATE_PACKET_SHARE = (4096 * 8 / HW_MIN_RATE_BPS) / (4.096e-6 * (1 << 14))
 
 
 class DcqcnConfigError(CcConfigError):
@@ -131,11 +141,14 @@ class DcqcnConfig:
 
     @classmethod
     def defaults(cls, line_rate_bps: float, base_rtt_s: float, mtu: int = 1500,
-                 trimming: bool = False, *, frame_overhead_bytes: int | None = None,
+                 trimming: bool = False, *, ack_timeout_s: float | None = None,
+                 frame_overhead_bytes: int | None = None,
                  rate_scale: float | None = None) -> DcqcnConfig:
         """The NIC defaults on a fabric with this line rate and base RTT: timers scaled by
-        base_rtt_s / 12 us, rates by line_rate_bps / 100 Gbit/s, the byte counter by both.
-        ``mtu`` sets the per-packet wire overhead paced; ``trimming`` changes nothing
+        base_rtt_s / 12 us, rates by line_rate_bps / 100 Gbit/s, the byte counter by both;
+        with the QP's ``ack_timeout_s``, a minimum rate at which a packet of ``mtu`` bytes
+        takes the share of it that it takes on hardware (HW_MIN_RATE_PACKET_SHARE).
+        ``mtu`` also sets the per-packet wire overhead paced; ``trimming`` changes nothing
         (DCQCN does not read trims) and is taken as every algorithm's defaults take it."""
         _require("line_rate_bps", line_rate_bps, 0.0, math.inf, low_open=True)
         _require("base_rtt_s", base_rtt_s, 0.0, math.inf, low_open=True)
@@ -145,9 +158,12 @@ class DcqcnConfig:
         if frame_overhead_bytes is None:
             from testbed.nic.wire import max_payload   # the wire knows its headers
             frame_overhead_bytes = mtu - max_payload(mtu)
+        min_rate = HW_MIN_RATE_BPS * rate_scale
+        if ack_timeout_s is not None:
+            min_rate = max(min_rate, mtu * 8 / (HW_MIN_RATE_PACKET_SHARE * ack_timeout_s))
         return cls(
             line_rate_bps=line_rate_bps,
-            min_rate_bps=min(line_rate_bps, HW_MIN_RATE_BPS * rate_scale),
+            min_rate_bps=min(line_rate_bps, min_rate),
             g=HW_G, initial_alpha=HW_INITIAL_ALPHA,
             alpha_period_s=HW_ALPHA_PERIOD_S * time_scale,
             max_cut=HW_MAX_CUT,

@@ -673,4 +673,9 @@ __all__ = [
     "rtt_sample_is_unambiguous",
 ]
 
-register_cc(NSCC_ALGORITHM, _make_nscc, config_type=NsccConfig, defaults=NsccConfig.defaults)
+def _fabric_defaults(link_rate_bps: float, base_rtt_s: float, mtu: int, trimming: bool, *,
+                     ack_timeout_s: float | None = None) -> NsccConfig:
+    return NsccConfig.defaults(link_rate_bps, base_rtt_s, mtu, trimming)  # no timer to meet
+
+
+register_cc(NSCC_ALGORITHM, _make_nscc, config_type=NsccConfig, defaults=_fabric_defaults)
