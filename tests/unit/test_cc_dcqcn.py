@@ -24,7 +24,7 @@ from testbed.nic.cc.dcqcn import (
 )
 
 LINE = 10e6
-RTT = 0.027                    # the default scenario's fabric: 10 Mbit/s, 6-link paths
+RTT = 0.026                    # the incast scenario's fabric: 5 Mbit/s, 6-link paths
 
 
 def config(**changes) -> DcqcnConfig:

@@ -42,8 +42,8 @@ the fabric's base RTT to the hardware's, every rate by the ratio of the QP's lin
 the hardware's, and the byte counter by both (so it stays the same share of a BDP); the minimum rate is kept where one
 packet still leaves within the share of the QP's ACK timeout it takes on hardware
 (HW_MIN_RATE_PACKET_SHARE). On
-the default 10 Mbit/s fabric (base RTT 27 ms) the 300 us rate timer becomes 0.7 s, about
-25 base RTTs as on hardware, and the 4 us CNP interval 9 ms.
+the default 10 Mbit/s fabric (base RTT 18 ms) the 300 us rate timer becomes 0.45 s, 25
+base RTTs as on hardware, and the 4 us CNP interval 6 ms.
 
 Timers are evaluated lazily: the RP's timer events up to ``now`` are applied whenever it
 is told the time (a CNP, a transmission, a pacing question), in the order they fell due,
