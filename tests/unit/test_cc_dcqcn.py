@@ -104,7 +104,7 @@ def test_alpha_decays_by_one_minus_g_per_period_without_cnps() -> None:
     cc.on_cnp(now=0.0)
     alpha = cc.alpha
     periods = 7
-    cc.on_transmit(0, now=periods * cfg.alpha_period_s)
+    cc.on_transmit(0, now=(periods + 0.5) * cfg.alpha_period_s)   # just after the 7th
     assert cc.alpha == pytest.approx(alpha * (1 - cfg.g) ** periods)
 
 
