@@ -27,6 +27,7 @@ local OP = {
     WRITE_FIRST = 0x06, WRITE_MIDDLE = 0x07, WRITE_LAST = 0x08,
     WRITE_LAST_WITH_IMM = 0x09, WRITE_ONLY = 0x0A, WRITE_ONLY_WITH_IMM = 0x0B,
     SACK = 0xC0, NACK = 0xC1, RELIABILITY_PROBE = 0xC2, EV_PROBE = 0xC3, EV_PROBE_REPLY = 0xC4,
+    CNP = 0x81,  -- RoCEv2's congestion notification packet, DCQCN's
 }
 local opcode_names = {}
 for name, value in pairs(OP) do opcode_names[value] = name end
@@ -261,7 +262,8 @@ local function dissect_ev_probe(tvb, tree, reply)
 end
 
 -- Fixed body length after the BTH, by control opcode (the reliability probe's depends on TS).
-local fixed_body = { [OP.SACK] = 40, [OP.NACK] = 16, [OP.EV_PROBE] = 12, [OP.EV_PROBE_REPLY] = 16 }
+local fixed_body = { [OP.SACK] = 40, [OP.NACK] = 16, [OP.EV_PROBE] = 12, [OP.EV_PROBE_REPLY] = 16,
+                     [OP.CNP] = 16 }
 
 local function psn_field(opcode)
     if opcode == OP.SACK then return F.cack_psn end
@@ -318,6 +320,7 @@ function mrc.dissector(tvb, pinfo, tree)
         if ok then
             if opcode == OP.SACK then dissect_sack(tvb, root)
             elseif opcode == OP.NACK then dissect_nack(tvb, root)
+            elseif opcode == OP.CNP then root:add(tvb(BTH_LEN, 16), "CNP: 16 reserved bytes")
             else dissect_ev_probe(tvb, root, opcode == OP.EV_PROBE_REPLY) end
         end
     end

@@ -47,7 +47,7 @@
  *     hop, so a DSCP rewrite would add an unsourced number and change nothing.
  *
  *  4. Priority: trimmed packets and MRC control packets (SACK, NACK, reliability probe,
- *     EV probe and reply) get skb->priority = the port's control-class priority. HTB takes
+ *     EV probe and reply, CNP) get skb->priority = the port's control-class priority. HTB takes
  *     skb->priority as a class id when its major number equals the qdisc's handle
  *     (net/sched/sch_htb.c htb_classify()), so with switch_port.py's priority HTB they are
  *     served before queued full-size data. 0 = leave skb->priority alone.
@@ -79,7 +79,8 @@
 	!defined(MRC_FLAG_TRIMMED) || !defined(MRC_FLAG_TRIMMED_LASTHOP) ||                 \
 	!defined(MRC_DATA_OPCODES) || !defined(MRC_IMM_OPCODES) || !defined(MRC_CONTROL_OPCODES) || \
 	!defined(MRC_CONTROL_OPCODE_BASE) || !defined(MRC_BTH_VERSION_OFFSET) ||                \
-	!defined(MRC_BTH_FLAGS_OFFSET)
+	!defined(MRC_BTH_FLAGS_OFFSET) || !defined(MRC_ROCE_CONTROL_OPCODES) ||                \
+	!defined(MRC_ROCE_OPCODE_BASE)
 #error "build with testbed/fabric/switch_port.py: it passes the wire constants of testbed/nic/wire.py"
 #endif
 
@@ -182,7 +183,8 @@ static __always_inline void parse_mrc(struct __sk_buff *skb, struct pkt *p, __u3
 	p->mrc_off = udp_off + UDP_HLEN;
 	p->opcode = bth[0];
 	p->bth_flags = bth[MRC_BTH_FLAGS_OFFSET];
-	if (OPCODE_IN(MRC_CONTROL_OPCODES, MRC_CONTROL_OPCODE_BASE, p->opcode)) {
+	if (OPCODE_IN(MRC_CONTROL_OPCODES, MRC_CONTROL_OPCODE_BASE, p->opcode) ||
+	    OPCODE_IN(MRC_ROCE_CONTROL_OPCODES, MRC_ROCE_OPCODE_BASE, p->opcode)) {
 		p->control = 1;
 		return;
 	}

@@ -177,6 +177,12 @@ def headers_present() -> bool:
 # --------------------------------------------------------------------------
 
 
+# Control opcodes in two 64-opcode sets: RoCEv2's own (the CNP, 0x81) from
+# ROCE_OPCODE_BASE, and MRC's, in IBA's manufacturer-specific range.
+ROCE_OPCODE_BASE = 0x80
+MRC_OPCODE_BASE = 0xC0
+
+
 def _opcode_mask(opcodes: Iterable[int], base: int = 0) -> str:
     """The program's set of opcodes: bit i stands for opcode base + i."""
     values = [int(op) - base for op in opcodes]
@@ -205,8 +211,12 @@ def wire_defines() -> dict[str, str]:
         'MRC_FLAG_TRIMMED_LASTHOP': '0x%02x' % wire.FLAG_TRIMMED_LASTHOP,
         'MRC_DATA_OPCODES': _opcode_mask(wire.DATA_OPCODES),
         'MRC_IMM_OPCODES': _opcode_mask(wire.IMM_OPCODES),
-        'MRC_CONTROL_OPCODE_BASE': '0x%02x' % min(control),
-        'MRC_CONTROL_OPCODES': _opcode_mask(control, min(control)),
+        'MRC_CONTROL_OPCODE_BASE': '0x%02x' % MRC_OPCODE_BASE,
+        'MRC_CONTROL_OPCODES': _opcode_mask(
+            (op for op in control if op >= MRC_OPCODE_BASE), MRC_OPCODE_BASE),
+        'MRC_ROCE_OPCODE_BASE': '0x%02x' % ROCE_OPCODE_BASE,
+        'MRC_ROCE_CONTROL_OPCODES': _opcode_mask(
+            (op for op in control if op < MRC_OPCODE_BASE), ROCE_OPCODE_BASE),
     }
 
 

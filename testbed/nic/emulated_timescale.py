@@ -25,7 +25,7 @@ from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig
 from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.qp_profile import QpProfile
 from testbed.nic.qp_state import RetryConfig
-from testbed.nic.transport_config import TransportConfig
+from testbed.nic.transport_config import DEFAULT_CC, TransportConfig
 from testbed.nic.wire import max_payload
 
 # Every endpoint timer in base RTTs of the fabric it runs on. The multiples
@@ -45,6 +45,9 @@ SKIP_QUEUEING_TARGET_RTTS = 2.8
 # from last progress to RETRY_EXC_ERR where the hardware value put it: 22
 # timeouts, 4.4 s on the tuned fabric.
 RETRY = RetryConfig(linear_cnt=7, exp_cnt=3)
+# An RC QP's budget is the verbs one: retry_cnt 7 at the ACK timeout, no
+# backoff (8 timeouts, 1.6 s on the tuned fabric, from last progress).
+RC_RETRY = RetryConfig.verbs()
 MPR_UNITS = 2          # 256 PSNs in flight: the userspace datapath drops
                        # bursts much larger than its socket buffers
 ACTIVE_EVS = 32        # hardware keeps 128-256 EVs against a BDP of hundreds of packets;
@@ -96,22 +99,26 @@ NO_SIGNALS = CongestionSignals()
 def fabric_qp_profile(transport: str, link_rate_bps: float | None,
                       planes: int, path_links: int,
                       signals: CongestionSignals = NO_SIGNALS,
+                      cc: str | None = None,
                       base_rtt_override_s: float | None = None) -> QpProfile:
     """The profile of a `transport` QP on a fabric shaped to `link_rate_bps`
     (None: unshaped, no congestion control) with `planes` planes and
-    `path_links` links on its longest path. `base_rtt_override_s`: the
-    fabric's base RTT where a hardware profile sets it (delay stage
-    included, `hardware_profile.EmulatedTime`)."""
+    `path_links` links on its longest path, running congestion control `cc`
+    (a registered algorithm; None: the transport's DEFAULT_CC).
+    `base_rtt_override_s`: the fabric's base RTT where a hardware profile
+    sets it (delay stage included, `hardware_profile.EmulatedTime`)."""
+    retry = RC_RETRY if transport == 'rc' else RETRY
     if not link_rate_bps:
-        return emulated_qp_profile()
+        return replace(emulated_qp_profile(), retry=retry)
     rate, rtt = qp_reach(transport, link_rate_bps, planes, path_links)
     profile = emulated_qp_profile(rate, base_rtt_override_s or rtt,
-                                  signals=signals)
+                                  signals=signals,
+                                  cc=cc or DEFAULT_CC[transport])
     config = profile.transport_config
     # A coalesced SACK waits at most as long as the packets it waits for
     # take at the port's rate; the hardware's 50 us is a twentieth of one
     # packet time here, so every SACK would leave alone.
-    return replace(profile, transport_config=replace(
+    return replace(profile, retry=retry, transport_config=replace(
         config, ack_delay_s=config.ack_every * packet_time_s(link_rate_bps)))
 
 
@@ -135,11 +142,13 @@ TUNED_RTT_S = base_rtt_s(10e6, 6)
 
 def emulated_qp_profile(link_rate_bps: float | None = None,
                         rtt_s: float = PROCESSING_RTT_S,
-                        signals: CongestionSignals = NO_SIGNALS) -> QpProfile:
+                        signals: CongestionSignals = NO_SIGNALS,
+                        cc: str = NSCC_ALGORITHM) -> QpProfile:
     """The QP profile for a fabric whose base RTT is `rtt_s` (`base_rtt_s`).
 
-    With `link_rate_bps` (what the QP can reach, `qp_reach`) NSCC
-    keeps the shaped links' queues short; without it there is no congestion
+    With `link_rate_bps` (what the QP can reach, `qp_reach`) congestion
+    control `cc` (NSCC unless told) keeps the shaped links' queues short,
+    with its defaults for that rate and RTT; without it there is no congestion
     control and only the MPR window bounds what is in flight (measured on 1
     plane x 20 Mbit/s: 63% of line rate with 36% of packets retransmitted
     after queue-induced timeouts, against 91% and none with NSCC).
@@ -151,13 +160,13 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
     # the userspace datapath's own milliseconds of jitter dominate.
     rtt = max(rtt_s, TUNED_RTT_S)
     packet_timeout = PACKET_TIMEOUT_RTTS * rtt
-    cc = CcProfile() if link_rate_bps is None else CcProfile(
-        NSCC_ALGORITHM, NsccConfig.defaults(link_rate_bps, rtt_s, MTU,
-                                            trimming=signals.trimming))
+    cc_profile = CcProfile() if link_rate_bps is None else \
+        CcProfile.for_fabric(cc, link_rate_bps, rtt_s, MTU, signals.trimming,
+                             ack_timeout_s=packet_timeout)
     skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_RTTS * rtt
     return replace(
         QpProfile(),
-        cc_profile=cc,
+        cc_profile=cc_profile,
         transport_config=TransportConfig(
             skip_queueing_target_s=skip_target,
             packet_timeout_s=packet_timeout,

@@ -32,6 +32,8 @@ from testbed.nic.memory import ReorderFreePlacement
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp_counters import QpCounters
 from testbed.nic.qp_state import (
+    RC_TIMEOUT_UNIT_S,
+    TIMEOUT_UNIT_S,
     InitAttrs,
     QpError,
     QpState,
@@ -46,7 +48,7 @@ from testbed.nic.requester import Requester
 from testbed.nic.responder import Responder
 from testbed.nic.routes import FixedRoute, ReverseRoutes, ecmp_route, rocev2_source_port
 from testbed.nic.transport_config import TRANSPORTS, Transport, TransportConfig
-from testbed.nic.wire import DataPacket, Nack, ReliabilityProbe, RxData, RxSack, Sack
+from testbed.nic.wire import Cnp, DataPacket, Nack, ReliabilityProbe, RxData, RxSack, Sack
 
 MAX_MESSAGE = 1 << 31            # verbs max_msg_sz of common RoCE NICs
 # Enum members read through the class cost an attribute lookup each; the per-packet entry
@@ -110,7 +112,9 @@ class QueuePair:
             self.rtr = rtr_attrs(attrs)
             self._build_responder()
         else:
-            self.rts = rts_attrs(attrs, default_sq_psn=self.initial_psn)
+            # An RC QP's timeout exponent counts in the IBA's 4.096 us, MRC's in mrc.h's.
+            unit = RC_TIMEOUT_UNIT_S if self.transport == "rc" else TIMEOUT_UNIT_S
+            self.rts = rts_attrs(attrs, default_sq_psn=self.initial_psn, timeout_unit_s=unit)
             self._build_requester()
         if target not in (QpState.RESET, QpState.ERROR):
             self.state = target
@@ -174,7 +178,8 @@ class QueuePair:
         self.responder = Responder(
             qpn=self.qpn, rtr=rtr, config=config, placement=self._placement,
             recv_queue=self._recv_queue, recv_cq=self.recv_cq, counters=self.counters,
-            reverse=reverse, in_order=self.transport == "rc", fail=self.fail)
+            reverse=reverse, in_order=self.transport == "rc", fail=self.fail,
+            cnp_interval_s=self.init.cc_profile.cnp_interval_s)
 
     def _pinned(self, rtr: RtrAttrs) -> FixedRoute:
         sport = rocev2_source_port(self.qpn, rtr.dest_qp)
@@ -246,6 +251,8 @@ class QueuePair:
             self.requester.on_sack(now, pkt)
         elif kind is Nack:
             self.requester.on_nack(now, pkt)
+        elif kind is Cnp:
+            self.requester.on_cnp(now)
 
     def next_deadline(self) -> float | None:
         state = self.state

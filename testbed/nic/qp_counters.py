@@ -17,7 +17,7 @@ class QpCounters:
         "sacks_sent", "sacks_received", "nacks_sent", "nacks_received", "probes_sent",
         "probe_replies", "probe_timeouts", "ev_demotions", "packets_received",
         "bytes_received", "duplicates_received", "trimmed_received", "out_of_order_received",
-        "reverse_routes_replaced",
+        "reverse_routes_replaced", "cnps_sent", "cnps_received",
         "stale_feedback", "dropped_not_ready", "requester_completions",
         "responder_completions", "completion_errors", "errors", "nacks_sent_by_reason",
         "nacks_received_by_reason", "sack_verdicts_sent", "sack_verdicts_received",

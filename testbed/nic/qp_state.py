@@ -22,6 +22,8 @@ from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.wire import EP_OP_QP, PSN_MASK
 
 TIMEOUT_UNIT_S = 1.024e-6          # mrc.h: local ACK timeout = 1.024 us * 2^timeout
+RC_TIMEOUT_UNIT_S = 4.096e-6       # IBA (verbs ibv_qp_attr.timeout): 4.096 us * 2^timeout
+VERBS_RETRY_CNT = 7                # ibv_qp_attr.retry_cnt: 3 bits, 7 on common RoCE setups
 MAX_TIMEOUT_EXPONENT = 24          # mrc.h: max 24 (17.17 s)
 MAX_LINEAR_CNT = 7                 # mrc.h: linear (fixed interval) retry limit, max 7
 MAX_EXP_CNT = 25                   # mrc.h: exponential retry limit, max 25 ...
@@ -53,9 +55,9 @@ class QpError(ValueError):
         self.field = field
 
 
-def timeout_seconds(exponent: int) -> float:
-    """mrc.h local ACK timeout: 1.024 us x 2^timeout."""
-    return TIMEOUT_UNIT_S * (1 << exponent)
+def timeout_seconds(exponent: int, unit_s: float = TIMEOUT_UNIT_S) -> float:
+    """The local ACK timeout: unit x 2^timeout (mrc.h's 1.024 us; an RC QP's 4.096 us)."""
+    return unit_s * (1 << exponent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,13 @@ class RetryConfig:
     def __post_init__(self) -> None:
         _check_int("retry.linear_cnt", self.linear_cnt, 0, MAX_LINEAR_CNT)
         _check_int("retry.exp_cnt", self.exp_cnt, 0, MAX_EXP_CNT)
+
+    @classmethod
+    def verbs(cls, retry_cnt: int = VERBS_RETRY_CNT) -> RetryConfig:
+        """An RC QP's retry budget as verbs defines it: `retry_cnt` retries (0..7), each
+        after the same local ACK timeout, no exponential phase; the counter restarts on
+        every acknowledgement of progress (RetryTimer.on_progress)."""
+        return cls(linear_cnt=retry_cnt, exp_cnt=0)
 
     @property
     def infinite(self) -> bool:
@@ -124,7 +133,7 @@ class RtsAttrs:
     mpr: int
     retry: RetryConfig
     timeout: int
-    timeout_s: float          # the effective ACK timeout (override or 1.024 us x 2^timeout)
+    timeout_s: float          # the effective ACK timeout (override, or unit x 2^timeout)
     sq_psn: int
     dynamic_mpr: bool = False
 
@@ -196,7 +205,8 @@ def rtr_attrs(attrs: Mapping[str, Any]) -> RtrAttrs:
                     None if pinned is None else (pinned[0], pinned[1]))
 
 
-def rts_attrs(attrs: Mapping[str, Any], default_sq_psn: int) -> RtsAttrs:
+def rts_attrs(attrs: Mapping[str, Any], default_sq_psn: int,
+              timeout_unit_s: float = TIMEOUT_UNIT_S) -> RtsAttrs:
     _check_int("max_wimm", attrs["max_wimm"], 0, MAX_WIMM)
     _check_int("mpr", attrs["mpr"], 1, MAX_MPR)
     _check_int("timeout", attrs["timeout"], 0, MAX_TIMEOUT_EXPONENT)
@@ -208,7 +218,7 @@ def rts_attrs(attrs: Mapping[str, Any], default_sq_psn: int) -> RtsAttrs:
         raise QpError(f"bad retry {attrs['retry']!r}: {exc}", field="retry") from exc
     timeout_s = attrs.get("timeout_s")
     if timeout_s is None:
-        timeout_s = timeout_seconds(attrs["timeout"])
+        timeout_s = timeout_seconds(attrs["timeout"], timeout_unit_s)
     elif (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
           or not timeout_s > 0):
         raise QpError(f"timeout_s must be > 0 seconds, got {timeout_s!r}", field="timeout_s")

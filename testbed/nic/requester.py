@@ -18,7 +18,9 @@ spurious retransmission.
 Congestion-window accounting is per packet (`SentPacket.counted`): a transmission enters the
 window once; its bytes leave it once, when it is acknowledged (cc.on_ack), trimmed
 (cc.on_trim) or declared lost (cc.on_loss). The SACK's received-bytes counter is kept for
-stats only, because duplicates and losses would make a window fed from it drift.
+stats only, because duplicates and losses would make a window fed from it drift. A
+rate-based controller (DCQCN, `cc.paces`) also holds each data packet until its
+`next_send_time()`; `paced_until` is then when the QP must be woken to send it.
 """
 
 from __future__ import annotations
@@ -120,6 +122,8 @@ class Requester:
         # A controller that never limits never asks for an ACK either: the send path skips
         # those two calls when the controller says so (CongestionControl.limits_sending).
         self._cc_limits = cc.limits_sending
+        self._cc_paces = cc.paces             # a rate-based controller holds packets
+        self.paced_until: float | None = None  # when the rate lets the next packet go
         self._ack_request_on_end = config.ack_request_on_message_end
         self._packet_timers: deque[tuple[float, int, int]] | None = None if go_back_n else deque()
         self._rtx_heap: list[int] = []
@@ -164,10 +168,26 @@ class Requester:
         if free_planes is not None and not free_planes:
             return sent
         self._free_planes = free_planes
+        if not self._cc_paces:
+            return sent + self._send_data(now, budget - sent, out)
+        self.paced_until = None
+        while sent < budget:
+            due = self._cc.next_send_time()
+            if now < due:
+                self.paced_until = due        # next_deadline wakes the QP then
+                break
+            one = self._send_data(now, 1, out)
+            if not one:
+                break
+            sent += one
+        return sent
+
+    def _send_data(self, now: float, budget: int, out: list[Outgoing]) -> int:
+        sent = 0
         if self._go_back_next is not None:
-            sent += self._send_go_back(now, budget - sent, out)
+            sent += self._send_go_back(now, budget, out)
         elif self._rtx_heap:
-            sent += self._send_retransmissions(now, budget - sent, out)
+            sent += self._send_retransmissions(now, budget, out)
         if self._unsent and self._go_back_next is None:
             sent += self._send_new(now, budget - sent, out)
         return sent
@@ -289,6 +309,8 @@ class Requester:
         if not record.counted:
             cc.on_send(nbytes, now)
             record.counted = True
+        if self._cc_paces:
+            cc.on_transmit(nbytes, now)
         opcode = record.opcode
         ack_request = (retransmit or (self._cc_limits and cc.ack_request())
                        or index - window.una + 1 >= self._mpr_psns
@@ -526,10 +548,18 @@ class Requester:
         self._loss_strikes[ev_id] = strikes
         return False
 
+    def on_cnp(self, now: float) -> None:
+        """A congestion notification from the peer's notification point (DCQCN)."""
+        self._counters.cnps_received += 1
+        self._cc.on_cnp(now)
+
     # ------------------------------------------------------------------------- timers
 
     def next_deadline(self) -> float | None:
         deadline = self.retry.deadline
+        paced = self.paced_until
+        if paced is not None and (deadline is None or paced < deadline):
+            deadline = paced
         timers = self._packet_timers
         if timers and (deadline is None or timers[0][0] < deadline):
             deadline = timers[0][0]
@@ -604,6 +634,7 @@ class Requester:
         self._probe_queue.clear()
         self._probes.clear()
         self._go_back_next = None
+        self.paced_until = None
         if self._packet_timers is not None:
             self._packet_timers.clear()
         self.retry.stop()

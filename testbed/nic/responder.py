@@ -9,6 +9,10 @@ SACK policy (TransportConfig): one SACK per `ack_every` in-order packets, at onc
 out-of-order arrival, a filled hole, a duplicate, an ACK_REQUEST, the end of a WRITE, a
 non-NONE verdict or a probe; a coalesced SACK never waits longer than `ack_delay_s`.
 
+When the QP's congestion control reads CNPs (DCQCN: `CcProfile.cnp_interval_s`), the
+responder is its notification point: a CE-marked data packet brings a CNP, at most one
+per `cnp_interval_s`.
+
 WRITE_WITH_IMM completions are released when the cumulative PSN passes the packet that
 carried the immediate: all earlier PSNs, hence all earlier messages, have then been placed, so
 completions come out in MSN order however the last packets were reordered [3P:ns3 via
@@ -36,6 +40,7 @@ from testbed.nic.wire import (
     PSN_MASK,
     TIMESTAMP_MASK,
     AnyData,
+    Cnp,
     Nack,
     NackReason,
     Opcode,
@@ -50,7 +55,7 @@ MESSAGE_END_OPCODES = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_WITH_IMM,
 _U16 = 0xFFFF
 _U32 = 0xFFFFFFFF
 _U64 = (1 << 64) - 1
-_SACK, _NACK = 0, 1
+_SACK, _NACK, _CNP = 0, 1, 2
 _NONE, _SKIP_ONCE, _ALWAYS_SKIP = Verdict.NONE, Verdict.SKIP_ONCE, Verdict.ALWAYS_SKIP
 PENALTY_SCALE = 128        # rcv_cwnd_pen 128 would take a whole acknowledged window
 # The QP-wide share of marked packets is an EWMA over about this many packets' worth.
@@ -78,7 +83,7 @@ class Responder:
     def __init__(self, *, qpn: int, rtr: RtrAttrs, config: TransportConfig,
                  placement: ReorderFreePlacement, recv_queue: deque[int],
                  recv_cq: CompletionQueue, counters: QpCounters, reverse: ReverseRoutes,
-                 in_order: bool, fail: Fail) -> None:
+                 in_order: bool, fail: Fail, cnp_interval_s: float | None = None) -> None:
         self._qpn = qpn
         self._peer_qp = rtr.dest_qp
         self._peer_addr = rtr.dest_addr
@@ -114,11 +119,16 @@ class Responder:
         self._sacked_on: dict[int, FixedRoute] = {}    # trigger index -> its SACK's route
         target = config.skip_queueing_target_s
         self._target_us = None if target is None else int(target * 1e6)
+        # DCQCN notification point: None when the peer's controller reads no CNPs.
+        self._cnp_interval = cnp_interval_s
+        self._next_cnp_at = 0.0
 
     # ------------------------------------------------------------------------- arrivals
 
     def on_data(self, now: float, pkt: AnyData, ev_id: int, ecn: bool) -> None:
         self._counters.packets_received += 1
+        if ecn and self._cnp_interval is not None and now >= self._next_cnp_at:
+            self._notify_congestion(now)
         window = self.window
         index = window.to_index(pkt.psn)
         if self._in_order:
@@ -223,6 +233,12 @@ class Responder:
         verdict = self._verdict(now, probe.tx_timestamp, ev_id, ecn)
         self._queue_sack((None, probe.probe_id, ev_id, probe.tx_timestamp, now, verdict, True))
 
+    def _notify_congestion(self, now: float) -> None:
+        """A CE-marked packet: one CNP to the requester, then none for this QP until the
+        CNP interval has passed (DCQCN's notification point, Zhu et al. §3.1)."""
+        self._next_cnp_at = now + self._cnp_interval
+        self._feedback.append((_CNP, None))
+
     # ------------------------------------------------------------------------- verdicts
 
     def _verdict(self, now: float, tx_timestamp: int | None, ev_id: int, ecn: bool) -> Verdict:
@@ -316,8 +332,11 @@ class Responder:
             if kind == _SACK:
                 data = self._encode_sack(now, fields)
                 self._remember_sack_route(fields[0], route)
-            else:
+            elif kind == _NACK:
                 data = self._encode_nack(fields)
+            else:
+                self._counters.cnps_sent += 1
+                data = Cnp(self._peer_qp).encode()
             out.append(_new_tuple(Outgoing, (route.path, route.plane, route.ev_id, data, peer)))
             sent += 1
         return sent

@@ -29,6 +29,7 @@ from scapy.fields import (
     IntField,
     LongField,
     ShortField,
+    StrFixedLenField,
     ThreeBytesField,
     X3BytesField,
     XByteField,
@@ -233,11 +234,22 @@ class MRC_EVProbeReply(Packet):
         return Raw
 
 
+class MRC_CNP(Packet):
+    """RoCEv2 congestion notification (opcode 0x81): 16 reserved bytes after the BTH."""
+
+    name = "MRC CNP"
+    fields_desc = [StrFixedLenField("reserved", b"\0" * 16, 16)]
+
+    def guess_payload_class(self, payload: bytes) -> type[Packet]:
+        return Raw
+
+
 _BODY_BY_OPCODE: dict[int, type[Packet]] = {
     Opcode.SACK: MRC_SETH,
     Opcode.NACK: MRC_NETH,
     Opcode.EV_PROBE: MRC_EVProbe,
     Opcode.EV_PROBE_REPLY: MRC_EVProbeReply,
+    Opcode.CNP: MRC_CNP,
 }
 
 bind_layers(UDP, MRC_BTH, dport=UDP_PORT)

@@ -9,12 +9,18 @@ them per QP without touching the code.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from testbed.nic.cc import DCQCN_ALGORITHM, NSCC_ALGORITHM
+
 Transport = Literal["mrc", "rc", "ecmp"]
 TRANSPORTS: tuple[Transport, ...] = ("mrc", "rc", "ecmp")
+# Each transport's congestion control unless a scenario chooses another (a registered
+# algorithm name, testbed.nic.cc): MRC's NSCC; DCQCN for the RoCE baselines, as deployed.
+DEFAULT_CC: Mapping[Transport, str] = {"mrc": NSCC_ALGORITHM, "rc": DCQCN_ALGORITHM,
+                                       "ecmp": DCQCN_ALGORITHM}
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,12 @@ from testbed.nic.socket_runtime import AddressBook, Nic, SocketRuntime
 DATA_OPCODES = range(0x06, 0x0C)
 REQUESTER_COUNTERS = ('packets_sent', 'retransmitted_packets', 'packet_timeouts',
                       'retry_timeouts', 'nacks_received', 'ev_demotions',
-                      'probes_sent', 'probe_timeouts')
-RESPONDER_COUNTERS = ('packets_received', 'trimmed_received', 'nacks_sent')
+                      'probes_sent', 'probe_timeouts', 'cnps_received')
+RESPONDER_COUNTERS = ('packets_received', 'trimmed_received', 'nacks_sent',
+                      'cnps_sent')
+# What a rate-based controller counts (DCQCN's reaction point), where it runs.
+CC_COUNTERS = ('rate_cuts', 'fast_recovery_steps', 'additive_increases',
+               'hyper_increases')
 
 
 @dataclass
@@ -60,7 +64,9 @@ class EndpointFlow:
 class EndpointFlows:
     """Start flows, advance the loop, read progress at any time."""
 
-    def __init__(self, fab: FabricNet, transport: str, seed: int) -> None:
+    def __init__(self, fab: FabricNet, transport: str, seed: int,
+                 cc: str | None = None) -> None:
+        """`cc`: the QPs' congestion control (None: the transport's)."""
         self.fab = fab
         self.transport = transport
         plan = fab.plan
@@ -70,7 +76,7 @@ class EndpointFlows:
         self.profile = fabric_qp_profile(transport, fab.link_rate_bps,
                                          len(plan.planes),
                                          plan.longest_path_links,
-                                         fab.congestion_signals)
+                                         fab.congestion_signals, cc)
         self.endpoints: dict[str, Endpoint] = {}
         self.connections: dict[tuple[str, str], Connection] = {}
         self.flows: dict[int, EndpointFlow] = {}
@@ -214,6 +220,8 @@ class EndpointFlows:
             total.update({k: sent[k] for k in REQUESTER_COUNTERS})
             got = conn.responder.stats()
             total.update({k: got[k] for k in RESPONDER_COUNTERS})
+            cc = sent.get('cc', {})
+            total.update({k: cc[k] for k in CC_COUNTERS if k in cc})
         return dict(total)
 
     def deny(self, src: str, dst: str, carrier: str, denied: bool = True) -> int:

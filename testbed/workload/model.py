@@ -18,6 +18,7 @@ from mininet.topo import Topo
 from testbed.fabric.faults.catalogue import last_step_at
 from testbed.fabric.topo_spec import TopoSpec, parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
+from testbed.nic.transport_config import DEFAULT_CC
 
 MB = 1_000_000
 
@@ -210,6 +211,13 @@ class Scenario:
     quick: 'Scenario | None' = field(default=None, repr=False, compare=False)
     capture: CaptureSpec | None = None
     hardware: str | None = None         # a hardware_profile name; None: none
+    cc: tuple[tuple[str, str], ...] = ()  # (transport, algorithm) the file chose
+
+    def cc_of(self, transport: str) -> str | None:
+        """The congestion control `transport`'s endpoints run: the file's choice,
+        else the transport's default; None for the kernel's transports."""
+        chosen = dict(self.cc)
+        return chosen.get(transport, DEFAULT_CC.get(transport))
 
     def quick_version(self) -> 'Scenario':
         """The `quick` overrides applied (already validated at load); the

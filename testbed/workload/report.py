@@ -1,7 +1,8 @@
 """report.md and the summary table printed at the end of a run."""
 from __future__ import annotations
 
-COLUMNS = [('goodput Mbit/s', 'goodput_mbps', '%.1f'),
+COLUMNS = [('CC', 'congestion_control', '%s'),
+           ('goodput Mbit/s', 'goodput_mbps', '%.1f'),
            ('flows done', None, None),
            ('corrupt B', 'bytes_corrupted', '%d'),
            ('p50 s', 'p50', '%.3f'), ('p99 s', 'p99', '%.3f'),
@@ -28,7 +29,7 @@ def _cell(name: str, m: dict) -> str:
         value = m['step_%s_s' % key]
         value = m['fct_%s_s' % key] if value is None else value
     else:
-        value = m[key]
+        value = m.get(key)
     return '-' if value is None else fmt % value
 
 
@@ -86,7 +87,7 @@ def markdown(scenario, summary: dict[str, dict], plots: list[str],
 
 CONGESTION_COLUMNS = ('transport', 'CE marks', 'trims', 'queue drops',
                       'NSCC queueing p50 / p99', 'packet timeouts',
-                      'false demotions', 'incast victim')
+                      'CNPs / rate cuts', 'false demotions', 'incast victim')
 
 
 def congestion_section(summary: dict[str, dict]) -> list[str]:
@@ -100,7 +101,9 @@ def congestion_section(summary: dict[str, dict]) -> list[str]:
              if signals else 'the switch ports signal nothing (no ECN, no '
              'trimming): congestion shows as delay and loss')
     return ['## Congestion', '', 'On this fabric the %s. Queueing is the '
-            'delay NSCC measured above its base RTT, against its target; a '
+            'delay NSCC measured above its base RTT, against its target; '
+            'CNPs are what DCQCN\'s notification points sent on CE marks, '
+            'rate cuts what its reaction points made of them; a '
             'false demotion is an EV demoted although no fault of the run '
             'touched its path.' % where, '',
             '| ' + ' | '.join(CONGESTION_COLUMNS) + ' |',
@@ -120,6 +123,8 @@ def _congestion_row(transport: str, m: dict) -> list[str]:
             q['p50_ms'], q['p99_ms'], q['p50_targets'], q['p99_targets'],
             q['target_ms']),
         _count(counters.get('packet_timeouts')),
+        '-' if 'cnps_sent' not in counters else '%d / %s' % (   # ours only
+            counters['cnps_sent'], _count(counters.get('rate_cuts'))),
         _count(m.get('false_demotions')),
         '-' if not victim else 'never finished' if not victim['completed']
         else '%.2f Mbit/s, %.0f%% of what it could reach' % (

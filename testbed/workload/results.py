@@ -72,6 +72,7 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
     plane_totals = [sum(run.plane_bins.get(p, [])) for p in planes]
     path_totals = [run.path_bytes.get(p, 0) for p in sorted(candidate_paths)]
     return {
+        'congestion_control': run.cc or 'kernel',
         'bytes_delivered': delivered,
         'bytes_corrupted': sum(f.corrupt_bytes for f in run.flows),
         'flows': len(run.flows),

@@ -54,6 +54,7 @@ class FlowRecord:
 class TransportRun:
     transport: str
     repetition: int
+    cc: str | None = None        # our endpoints' congestion control; None: the kernel's
     flows: list[FlowRecord] = field(default_factory=list)
     goodput_bins: list[float] = field(default_factory=list)      # bytes/bin
     plane_bins: dict[int, list[float]] = field(default_factory=dict)
@@ -101,7 +102,8 @@ class TransportRunner:
         are written without it)."""
         self.sc = scenario
         self.capture_dir = capture_dir
-        self.run = TransportRun(transport, repetition)
+        self.run = TransportRun(transport, repetition,
+                                cc=scenario.cc_of(transport))
         self.progress = progress
         self.rng = random.Random(scenario.seed + repetition)
         self.t0 = 0.0
@@ -118,7 +120,8 @@ class TransportRunner:
             self.run.steps = tuple(getattr(phases, 'steps', ()))
             self.run.plane_bins = {p: [] for p in fab.plan.planes}
             injector = make_injector(fab, self._log)
-            driver = transport(self.run.transport).driver(fab, self.sc.seed)
+            driver = transport(self.run.transport).driver(
+                fab, self.sc.seed, self.run.cc)
             try:
                 with self._capture(fab):
                     self._loop(fab, driver, injector, phases)

@@ -20,8 +20,10 @@ import yaml
 
 from testbed.fabric.faults.catalogue import FAULT_KINDS, Param
 from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
+from testbed.nic.cc import registered_cc_algorithms
 from testbed.workload.connection_matrix import (
     ConnectionMatrixError, load_cm, matrix_to_workload, node_host)
+from testbed.workload.transports import ENDPOINT_NAMES
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
 from testbed.nic.wire import BTH_LEN, INNER_HEADERS_LEN, IPV6_HEADER_LEN
 from testbed.workload.model import (CaptureSpec, ConnectionMatrix, FabricOf,
@@ -32,10 +34,10 @@ from testbed.workload.workloads import check_shares_last_hop
 
 REQUIRED_KEYS = ('name', 'topology', 'link_rate_mbit', 'transports',
                  'workload', 'duration_s')
-OPTIONAL_KEYS = ('description', 'faults', 'seed', 'repetitions', 'quick',
+OPTIONAL_KEYS = ('description', 'cc', 'faults', 'seed', 'repetitions', 'quick',
                  'capture', 'hardware')
 TOP_LEVEL_KEYS = REQUIRED_KEYS + OPTIONAL_KEYS
-NOT_IN_QUICK = ('name', 'transports', 'topology', 'quick')
+NOT_IN_QUICK = ('name', 'transports', 'topology', 'cc', 'quick')
 NAME_PATTERN = re.compile(r'[a-z0-9_-]{1,64}')
 
 # type -> (required params, optional params); every type also has 'type'
@@ -128,6 +130,7 @@ def _scenario(data: Any, base_dir: Path, source: str,
         link_rate_mbit=_number(data['link_rate_mbit'], 'link_rate_mbit',
                                above=0),
         transports=_transports(data['transports']),
+        cc=_cc(data.get('cc', {})),
         workload=_workload(data['workload'], fabric, base_dir),
         faults=_faults(data.get('faults', []), fabric, duration),
         duration_s=duration,
@@ -214,6 +217,17 @@ def _transports(value: Any) -> tuple[str, ...]:
             raise _Invalid(where, '%r is listed twice' % item)
         seen.append(item)
     return tuple(seen)
+
+
+def _cc(value: Any) -> tuple[tuple[str, str], ...]:
+    """transport -> congestion control, for the transports of our endpoints (the
+    kernel's keep the kernel's); the algorithm is a registered one."""
+    choices = _mapping(value, 'cc', (), ENDPOINT_NAMES,
+                       what='a mapping of transport to congestion control')
+    algorithms = tuple(registered_cc_algorithms())
+    return tuple((transport, _choice(name, 'cc.%s' % transport, algorithms,
+                                     'congestion control'))
+                 for transport, name in sorted(choices.items()))
 
 
 # -- workload ------------------------------------------------------------------

@@ -20,10 +20,12 @@ from typing import Any
 
 from testbed.fabric.faults.catalogue import FAULT_KINDS, FaultKind, Param
 from testbed.fabric.topo_spec import TOPOLOGIES
+from testbed.nic.cc import registered_cc_algorithms
 from testbed.nic.hardware_profile import HARDWARE_PROFILES
 from testbed.workload.scenario import (MIN_SNAPLEN, NAME_PATTERN, NOT_IN_QUICK,
                                        REQUIRED_KEYS, TOP_LEVEL_KEYS,
                                        WORKLOAD_PARAMS)
+from testbed.workload.transports import ENDPOINT_NAMES
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
 
 DRAFT = 'https://json-schema.org/draft/2020-12/schema'
@@ -48,6 +50,11 @@ KEY_SCHEMAS: dict[str, dict] = {
     'duration_s': POSITIVE,
     'seed': {'type': 'integer'},
     'repetitions': COUNT,
+    'cc': {'type': 'object', 'additionalProperties': False,
+           'properties': {t: {'enum': sorted(registered_cc_algorithms())}
+                          for t in ENDPOINT_NAMES},
+           'description': 'the congestion control of each of our '
+           'transports (default: rc and ecmp dcqcn, mrc NSCC)'},
     'hardware': {'enum': [*HARDWARE_PROFILES, 'none'],
                  'description': 'the hardware the fabric stands for: packets '
                  'in flight and timers scaled to it (docs/timescale.md)'},

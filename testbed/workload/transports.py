@@ -56,10 +56,14 @@ class TransportInfo:
     doc: str
     driver_class: str       # module:class, imported when the transport runs
 
-    def driver(self, fab: Any, seed: int) -> Driver:
+    def driver(self, fab: Any, seed: int, cc: str | None = None) -> Driver:
+        """`cc`: the congestion control our endpoints run (None: the
+        transport's default); the kernel's transports keep the kernel's."""
         module, name = self.driver_class.split(':')
-        return getattr(importlib.import_module(module), name)(
-            fab, self.name, seed)
+        make = getattr(importlib.import_module(module), name)
+        if self.family == 'endpoint':
+            return make(fab, self.name, seed, cc=cc)
+        return make(fab, self.name, seed)
 
 
 _ENDPOINT = 'testbed.workload.endpoint_flows:EndpointFlows'
@@ -69,10 +73,10 @@ _ALL = (
                   'over all paths of all planes, EVs steered by feedback',
                   _ENDPOINT),
     TransportInfo('rc', 'endpoint', True, '#b2182b', 'RoCE RC: one path per '
-                  'QP, go-back-N, QP error when the retry budget runs out',
-                  _ENDPOINT),
+                  'QP, go-back-N, DCQCN, QP error when the retry budget runs '
+                  'out', _ENDPOINT),
     TransportInfo('ecmp', 'endpoint', True, '#2166ac', "one hashed path per "
-                  "QP, MRC's selective recovery", _ENDPOINT),
+                  "QP, MRC's selective recovery, DCQCN", _ENDPOINT),
     TransportInfo('tcp', 'kernel', True, '#762a83', "the kernel's TCP on one "
                   'hashed path', _KERNEL),
     TransportInfo('mptcp', 'kernel', False, '#e08214', "the kernel's MPTCP, "

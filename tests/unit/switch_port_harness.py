@@ -77,6 +77,7 @@ def control_packets() -> dict[str, bytes]:
         'ev_probe': wire.EvProbe(req_id=4, ev=0x55, port=1, tx_timestamp=77).encode(),
         'ev_probe_reply': wire.EvProbeReply(req_id=4, ev=0x55, port=1, rx_port=2,
                                             ts_echo=77, service_time_ns=5).encode(),
+        'cnp': wire.Cnp(dest_qp=0x123).encode(),
     }
 
 

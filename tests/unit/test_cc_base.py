@@ -23,7 +23,7 @@ DC = NsccConfig.defaults(100e9, 10e-6, MTU, trimming=True)
 
 
 class FixedWindow:
-    """A stand-in for a controller a later module registers (DCQCN, say)."""
+    """A stand-in for a controller a later module registers."""
 
     limits_sending = True
 
@@ -38,7 +38,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_built_in_algorithms_are_registered_under_their_control_api_names() -> None:
-    assert registered_cc_algorithms() == ["none", "uet-1.0-nscc"]
+    assert registered_cc_algorithms() == ["dcqcn", "none", "uet-1.0-nscc"]
     assert NSCC_ALGORITHM == "uet-1.0-nscc" and NULL_ALGORITHM == "none"
 
 
@@ -61,7 +61,7 @@ def test_null_profile_gives_the_null_controller(algorithm: str | None) -> None:
 def test_unknown_algorithm_is_refused_with_the_known_ones() -> None:
     with pytest.raises(CcConfigError,
                        match=r"CcProfile.algorithm: unknown 'mrc-smtrk-1.00'; "
-                             r"registered: none, uet-1.0-nscc"):
+                             r"registered: dcqcn, none, uet-1.0-nscc"):
         CcProfile("mrc-smtrk-1.00", DC)
 
 
@@ -88,3 +88,25 @@ def test_a_registered_algorithm_is_selected_by_its_profile(registry: None) -> No
 def test_a_name_registers_once(registry: None) -> None:
     with pytest.raises(CcConfigError, match="already registered"):
         register_cc(NSCC_ALGORITHM, lambda config, **_: NullCc())
+
+
+def test_a_fabric_profile_is_the_algorithms_registered_defaults() -> None:
+    profile = CcProfile.for_fabric(NSCC_ALGORITHM, 100e9, 10e-6, MTU, trimming=True)
+    assert profile == CcProfile(NSCC_ALGORITHM, DC)
+    assert CcProfile.for_fabric(NULL_ALGORITHM, 100e9, 10e-6, MTU, True) == CcProfile()
+    assert profile.cnp_interval_s is None      # NSCC reads no CNPs: its peer sends none
+
+
+def test_an_algorithm_without_fabric_defaults_says_so(registry: None) -> None:
+    register_cc("fixed-window", lambda config, **_: FixedWindow(config), config_type=int)
+    with pytest.raises(CcConfigError, match="no defaults for a fabric"):
+        CcProfile.for_fabric("fixed-window", 100e9, 10e-6, MTU, True)
+
+
+@pytest.mark.parametrize("algorithm", [NSCC_ALGORITHM, NULL_ALGORITHM])
+def test_window_controllers_never_pace(algorithm: str) -> None:
+    cc = make_cc(CcProfile.for_fabric(algorithm, 100e9, 10e-6, MTU, True))
+    assert not cc.paces and cc.next_send_time() == float("-inf")
+    cc.on_cnp(0.0)                              # read by nobody: changes nothing
+    assert cc.stats() == make_cc(CcProfile.for_fabric(algorithm, 100e9, 10e-6, MTU,
+                                                      True)).stats()

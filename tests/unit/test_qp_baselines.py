@@ -71,6 +71,33 @@ def test_rc_recovers_a_single_loss_by_going_back_n() -> None:
     assert pair.qa.counters.packet_timeouts == 0
 
 
+@pytest.mark.parametrize("transport, unit_s", [("rc", 4.096e-6), ("mrc", 1.024e-6),
+                                               ("ecmp", 1.024e-6)])
+def test_the_timeout_exponent_counts_in_the_transports_unit(transport: str,
+                                                             unit_s: float) -> None:
+    # verbs (IBA): 4.096 us x 2^timeout for an RC QP; mrc.h: 1.024 us x 2^timeout.
+    pair = make_pair(transport, timeout=14, timeout_s=None)
+    assert pair.qa.rts.timeout_s == pytest.approx(unit_s * 2 ** 14)
+
+
+def test_rc_retry_counter_restarts_on_progress() -> None:
+    # Budget of one retry (verbs retry_cnt 1): five separate losses, each answered by a
+    # sequence-error NAK that spends the retry, each followed by progress that restores
+    # it. Without the restart the second loss would end the QP in RETRY_EXC_ERR.
+    pair = make_pair("rc", retry=RetryConfig.verbs(1))
+    data = payload(60 * P)
+    pair.qa.post_write(data, 0, RKEY)
+    window = pair.qa.requester.window
+    lost = {window.wire_psn(i) for i in (5, 15, 25, 35, 45)}
+    loop = Loopback([pair.a, pair.b], rate_bps=1e9)
+    loop.drop_if = lambda now, src, out: (is_data(out) and not is_retransmit(out)
+                                          and data_psn(out) in lost)
+    loop.run(stop=done(pair.a))
+    assert [wc.ok for wc in pair.a.poll_cq()] == [True]
+    assert pair.mr.buf[:len(data)] == data
+    assert pair.qb.counters.nacks_sent_by_reason["NO_BITMAP"] == len(lost)
+
+
 def test_rc_survives_random_loss_on_a_live_path() -> None:
     pair = make_pair("rc", mr_size=2 << 20)
     data = payload(1 << 20, seed=2)

@@ -12,8 +12,11 @@ from testbed.workload.scenario import parse_scenario
 HEALTHY = {'trusted': True, 'reasons': [], 'saturated': False}
 
 
+CC = {'mrc': 'uet-1.0-nscc', 'rc': 'dcqcn', 'tcp': None}
+
+
 def synthetic(transport, dies=False):
-    run = TransportRun(transport, 0)
+    run = TransportRun(transport, 0, cc=CC[transport])
     run.flows = [FlowRecord(1, 0, 'h1', 'h5', 1000, started=0.0, finished=1.0,
                             status='done', delivered=1000),
                  FlowRecord(2, 1, 'h5', 'h1', 1000, started=1.0,
@@ -44,6 +47,9 @@ def test_metrics_of_a_healthy_and_a_dying_run():
     assert not dead['completed'] and dead['qp_errors'] == ['retry counter exceeded']
     assert dead['recovery'][0]['recovery_s'] is None     # the job died
     assert dead['step_p50_s'] is None
+    # Every row says its congestion control; the kernel's transports keep the kernel's.
+    assert (ok['congestion_control'], dead['congestion_control']) == ('uet-1.0-nscc', 'dcqcn')
+    assert run_metrics(synthetic('tcp'), paths, (1, 2))['congestion_control'] == 'kernel'
 
 
 def test_files_table_report_and_plots(tmp_path):
@@ -76,4 +82,5 @@ def test_files_table_report_and_plots(tmp_path):
                      'size_mb': 1}}, tmp_path)
     report = markdown(scenario, summary, ['goodput.png'],
                       {'started_utc': 'now', 'machine': 'here'})
-    assert '| mrc |' in report and '![goodput.png](goodput.png)' in report
+    assert '| mrc | uet-1.0-nscc |' in report and '| rc | dcqcn |' in report
+    assert '![goodput.png](goodput.png)' in report

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 
 from testbed.nic import wire
 from testbed.nic.wire import (
+    Cnp,
     DataPacket,
     EvProbe,
     EvProbeReply,
@@ -53,17 +54,18 @@ def flags_byte(packet: wire.Packet) -> int:
 
 def bth_fields(packet: wire.Packet, encoded: bytes) -> dict[str, object]:
     psn = {DataPacket: "psn", Sack: "cack_psn", Nack: "psn", ReliabilityProbe: "probe_id",
-           EvProbe: "req_id", EvProbeReply: "req_id"}[type(packet)]
+           EvProbe: "req_id", EvProbeReply: "req_id", Cnp: None}[type(packet)]
     opcode = getattr(packet, "opcode", {Sack: Opcode.SACK, Nack: Opcode.NACK,
                                         ReliabilityProbe: Opcode.RELIABILITY_PROBE,
                                         EvProbe: Opcode.EV_PROBE,
-                                        EvProbeReply: Opcode.EV_PROBE_REPLY}.get(type(packet)))
+                                        EvProbeReply: Opcode.EV_PROBE_REPLY,
+                                        Cnp: Opcode.CNP}.get(type(packet)))
     return {
         "MRC_BTH.opcode": opcode, "MRC_BTH.se": 0, "MRC_BTH.migreq": 0, "MRC_BTH.padcnt": 0,
         "MRC_BTH.tver": 0, "MRC_BTH.pkey": 0xFFFF, "MRC_BTH.version": 1,
         "MRC_BTH.flags": flags_byte(packet),
         "MRC_BTH.dest_qp": getattr(packet, "dest_qp", wire.EP_OP_QP),
-        "MRC_BTH.psn": getattr(packet, psn),
+        "MRC_BTH.psn": 0 if psn is None else getattr(packet, psn),   # a CNP's PSN is 0
         "MRC_BTH.icrc": int.from_bytes(encoded[-4:], "big"),
     }
 
@@ -119,7 +121,8 @@ def ev_reply_fields(p: EvProbeReply) -> dict[str, object]:
 
 BODY_FIELDS = {DataPacket: data_fields, Sack: sack_fields, Nack: nack_fields,
                ReliabilityProbe: probe_fields, EvProbe: ev_probe_fields,
-               EvProbeReply: ev_reply_fields}
+               EvProbeReply: ev_reply_fields,
+               Cnp: lambda p: {"MRC_CNP.reserved": b"\0" * 16}}
 
 
 def expected_fields(packet: wire.Packet, encoded: bytes) -> dict[str, object]:

@@ -127,6 +127,27 @@ def test_defaults():
     assert scenario.quick_version() is scenario
 
 
+def test_congestion_control_defaults_per_transport():
+    scenario = parse_scenario(base(transports=['mrc', 'rc', 'ecmp', 'tcp']), ROOT)
+    assert [scenario.cc_of(t) for t in ('mrc', 'rc', 'ecmp', 'tcp')] == [
+        'uet-1.0-nscc', 'dcqcn', 'dcqcn', None]     # the kernel keeps its own
+
+
+def test_congestion_control_chosen_per_transport():
+    scenario = parse_scenario(base(cc={'rc': 'none', 'mrc': 'dcqcn'}), ROOT)
+    assert (scenario.cc_of('rc'), scenario.cc_of('mrc'), scenario.cc_of('ecmp')) == (
+        'none', 'dcqcn', 'dcqcn')
+
+
+def test_refuses_unknown_congestion_control_with_the_registered_ones():
+    refused(base(cc={'rc': 'cubic'}), field='cc.rc',
+            words=r"unknown congestion control 'cubic' \(one of: dcqcn, none, uet-1.0-nscc\)")
+    refused(base(cc={'tcp': 'dcqcn'}), field='cc.tcp',
+            words=r'unknown key \(allowed: mrc, rc, ecmp\)')
+    refused(base(cc='dcqcn'), field='cc', words='expected a mapping of transport')
+    refused(base(quick={'cc': {'rc': 'none'}}), field='quick.cc', words='cannot be overridden')
+
+
 def test_topology_is_canonical():
     scenario = parse_scenario(base(topology='fattree, planes=2 ,k=4'), ROOT)
     assert scenario.topology == 'fattree,k=4,planes=2'

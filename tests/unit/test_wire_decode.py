@@ -66,7 +66,7 @@ def test_rejects_packets_shorter_than_bth_and_icrc(length: int) -> None:
 
 
 @pytest.mark.parametrize("name", ["write_first", "write_only_imm", "sack", "nack", "ev_probe",
-                                  "ev_probe_reply", "reliability_probe"])
+                                  "ev_probe_reply", "reliability_probe", "cnp"])
 def test_rejects_truncated_headers(name: str) -> None:
     encoded = EXAMPLES[name].encode()
     header_only = encoded[:16] if name.startswith("write") else encoded
@@ -127,7 +127,7 @@ def test_rejects_lasthop_flag_without_trimmed() -> None:
 
 
 def test_rejects_extra_bytes_on_fixed_size_packets() -> None:
-    for name in ("sack", "nack", "ev_probe", "ev_probe_reply", "reliability_probe"):
+    for name in ("sack", "nack", "ev_probe", "ev_probe_reply", "reliability_probe", "cnp"):
         encoded = EXAMPLES[name].encode()
         with pytest.raises(WireError, match="inconsistent length"):
             wire.decode(reseal(encoded[:-4] + b"\0" + encoded[-4:]))

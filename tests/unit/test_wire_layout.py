@@ -35,6 +35,7 @@ from tests.unit.wire_examples import DST, EXAMPLES, SRC
         ("reliability_probe_no_ts", 16),
         ("ev_probe", 28),
         ("ev_probe_reply", 32),
+        ("cnp", 32),          # RoCEv2 CNP: BTH, 16 reserved bytes, ICRC
     ],
 )
 def test_encoded_lengths(name: str, length: int) -> None:
@@ -87,8 +88,10 @@ def test_data_headers_sit_where_iba_puts_them() -> None:
 
 
 def test_mrc_opcodes_sit_in_the_manufacturer_specific_range() -> None:
-    control = set(Opcode) - set(wire.DATA_OPCODES)
+    # CNP keeps RoCEv2's own opcode (0x81): DCQCN's peers know it by that.
+    control = set(Opcode) - set(wire.DATA_OPCODES) - {Opcode.CNP}
     assert all(op >> 5 == 0b110 for op in control)
+    assert Opcode.CNP == 0x81
 
 
 def test_sack_and_nack_layout_matches_docs() -> None:

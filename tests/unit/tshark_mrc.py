@@ -12,6 +12,7 @@ from pathlib import Path
 
 from testbed.nic import wire
 from testbed.nic.wire import (
+    Cnp,
     DataPacket,
     EvProbe,
     EvProbeReply,
@@ -137,6 +138,8 @@ def expected(packet: wire.Packet, ev: int, mrc_bytes: bytes) -> dict[str, object
         return _bth(wire.Opcode.EV_PROBE, {}, wire.EP_OP_QP, "mrc.req_id", packet.req_id, ev,
                     mrc_bytes) | {"mrc.evp.ev": packet.ev, "mrc.evp.port": packet.port,
                                   "mrc.tseth.tx_timestamp": packet.tx_timestamp}
+    if isinstance(packet, Cnp):
+        return _bth(wire.Opcode.CNP, {}, packet.dest_qp, "mrc.psn", 0, ev, mrc_bytes)
     assert isinstance(packet, EvProbeReply)
     return _bth(wire.Opcode.EV_PROBE_REPLY, {}, wire.EP_OP_QP, "mrc.req_id", packet.req_id, ev,
                 mrc_bytes) | {"mrc.evp.ev": packet.ev, "mrc.evp.port": packet.port,

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from testbed.nic import wire
 from testbed.nic.wire import (
+    Cnp,
     DataPacket,
     EvProbe,
     EvProbeReply,
@@ -106,8 +107,9 @@ ev_probes = st.builds(EvProbe, req_id=u16, ev=u32, port=u8, tx_timestamp=u32)
 ev_probe_replies = st.builds(
     EvProbeReply, req_id=u16, ev=u32, port=u8, rx_port=u8, ts_echo=u32, service_time_ns=u32
 )
+cnps = st.builds(Cnp, dest_qp=qpn)
 packets = st.one_of(
-    data_packets(), sacks, nacks, reliability_probes, ev_probes, ev_probe_replies
+    data_packets(), sacks, nacks, reliability_probes, ev_probes, ev_probe_replies, cnps
 )
 
 # One hand-written example of every kind, for the example-based tests.
@@ -134,6 +136,7 @@ EXAMPLES = {
     "reliability_probe_no_ts": ReliabilityProbe(0x20, 18),
     "ev_probe": EvProbe(0xBEEF, 0x00030201, 3, 1000),
     "ev_probe_reply": EvProbeReply(0xBEEF, 0x00030201, 3, 4, 1000, 2500),
+    "cnp": Cnp(0x20),
 }
 
 ONLY = EXAMPLES["write_only"].encode()

@@ -2,13 +2,13 @@
 
 base.py is the registry, the controller interface and the profile; every other module
 here is one controller and registers itself under its algorithm string when imported.
-The imports below are what load the built-in controllers: adding one (a DCQCN module,
-say) is that module plus one line here.
+The imports below are what load the built-in controllers: adding one is that module plus
+one line here.
 """
 
 from __future__ import annotations
 
-from testbed.nic.cc import null, nscc  # noqa: F401  (importing registers them)
+from testbed.nic.cc import dcqcn, null, nscc  # noqa: F401  (importing registers them)
 from testbed.nic.cc.base import (
     NULL_ALGORITHM,
     CcAlgorithm,
@@ -16,10 +16,18 @@ from testbed.nic.cc.base import (
     CcFactory,
     CcProfile,
     CongestionControl,
+    Unpaced,
     cc_algorithm,
     make_cc,
     register_cc,
     registered_cc_algorithms,
+)
+from testbed.nic.cc.dcqcn import (
+    DCQCN_ALGORITHM,
+    Dcqcn,
+    DcqcnConfig,
+    DcqcnConfigError,
+    DcqcnCounters,
 )
 from testbed.nic.cc.nscc import (
     NSCC_ALGORITHM,
@@ -32,7 +40,8 @@ from testbed.nic.cc.nscc import (
 from testbed.nic.cc.null import NullCc
 
 __all__ = [
-    "NSCC_ALGORITHM", "NULL_ALGORITHM", "CcAlgorithm", "CcConfigError", "CcFactory",
+    "DCQCN_ALGORITHM", "Dcqcn", "DcqcnConfig", "DcqcnConfigError", "DcqcnCounters",
+    "Unpaced", "NSCC_ALGORITHM", "NULL_ALGORITHM", "CcAlgorithm", "CcConfigError", "CcFactory",
     "CcProfile", "CongestionControl", "Nscc", "NsccConfig", "NsccConfigError",
     "NsccCounters", "NullCc", "cc_algorithm", "make_cc", "register_cc",
     "registered_cc_algorithms", "rtt_sample_is_unambiguous",

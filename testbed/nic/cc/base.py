@@ -18,6 +18,8 @@ algorithm string means the same controller everywhere in the process, as on a NI
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -38,9 +40,16 @@ class CongestionControl(Protocol):
     say no or ack_request() ever say yes: when it is false, the QP's send path skips
     both calls (and on_send's window bookkeeping is all that is left of the controller
     per packet), which is what keeps an unlimited controller free.
+
+    ``paces`` declares a rate-based controller (DCQCN): the QP sends a data packet only
+    once ``now >= next_send_time()``, tells it of every transmission (``on_transmit``,
+    new or retransmitted, as a NIC's rate limiter sees them) and wakes at that time.
+    ``on_cnp`` is a congestion notification packet from the peer's notification point;
+    a controller that does not read CNPs ignores it.
     """
 
     limits_sending: bool
+    paces: bool
 
     @property
     def cwnd(self) -> float: ...
@@ -66,7 +75,92 @@ class CongestionControl(Protocol):
 
     def ack_request(self, ack_gen_trigger: int = 0) -> bool: ...
 
+    def next_send_time(self) -> float: ...
+
+    def on_transmit(self, nbytes: int, now: float) -> None: ...
+
+    def on_cnp(self, now: float) -> None: ...
+
     def stats(self) -> dict[str, float | int | bool | None]: ...
+
+
+class Unpaced:
+    """The rate-based part of CongestionControl for a controller without it: it never
+    paces and does not read CNPs (NSCC reads ECN from SACKs; NULL reads nothing)."""
+
+    paces = False
+
+    def next_send_time(self) -> float:
+        return -math.inf
+
+    def on_transmit(self, nbytes: int, now: float) -> None:
+        """Never called: the QP asks only a controller that paces."""
+
+    def on_cnp(self, now: float) -> None:
+        """A CNP carries nothing this controller reads."""
+
+
+class Unlimited:
+    """The window part of CongestionControl for a controller without a window (NULL,
+    and the rate-based DCQCN): it tracks what is in flight and counts events for stats,
+    never limits, and reads no receiver penalty. A subclass sets ``counters`` (with sent_bytes, acks, acked_bytes,
+    trim_count, last_hop_trim_count, loss_count) and ``_inflight``."""
+
+    limits_sending = False
+    counters: Any
+    _inflight: int
+
+    @property
+    def cwnd(self) -> float:
+        return math.inf
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def stats(self) -> dict[str, float | int | bool | None]:
+        state: dict[str, float | int | bool | None] = {
+            "cwnd": math.inf, "inflight": self._inflight}
+        state.update(asdict(self.counters))
+        return state
+
+    def can_send(self, nbytes: int) -> bool:
+        return True
+
+    def on_send(self, nbytes: int, now: float) -> None:
+        if type(nbytes) is not int or nbytes < 0:     # per packet: test inline, raise there
+            check_bytes("nbytes", nbytes)
+        self._inflight += nbytes
+        self.counters.sent_bytes += nbytes
+
+    def ack_request(self, ack_gen_trigger: int = 0) -> bool:
+        return False
+
+    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float,
+               service_time_s: float = 0.0, retransmitted: bool = False,
+               rcv_cwnd_pen: int = 0, restore_cwnd: bool = False) -> None:
+        if type(acked_bytes) is not int or acked_bytes < 0:   # per SACK: test inline
+            check_bytes("acked_bytes", acked_bytes)
+        self._inflight -= acked_bytes
+        self.counters.acks += 1
+        self.counters.acked_bytes += acked_bytes
+
+    def on_trim(self, nbytes: int, now: float, last_hop: bool,
+                rtt_s: float | None = None, retransmitted: bool = False) -> None:
+        check_bytes("nbytes", nbytes)
+        self._inflight -= nbytes
+        self.counters.trim_count += 1
+        self.counters.last_hop_trim_count += int(last_hop)
+
+    def on_loss(self, nbytes: int, now: float) -> None:
+        check_bytes("nbytes", nbytes)
+        self._inflight -= nbytes
+        self.counters.loss_count += 1
+
+    def on_receiver_penalty(self, pen: int, now: float, acked_bytes: int = 0,
+                            restore: bool = False) -> bool:
+        check_penalty(pen)
+        return False
 
 
 class CcFactory(Protocol):
@@ -76,23 +170,33 @@ class CcFactory(Protocol):
                  base_rtt_floor_s: float | None) -> CongestionControl: ...
 
 
+FabricDefaults = Callable[..., Any]
+"""(line rate bit/s, base RTT s, MTU, trimming, *, ack_timeout_s) -> the algorithm's config
+for that fabric; ack_timeout_s (the QP's local ACK timeout, or None) is for a controller
+whose slowest rate must stay within it."""
+
+
 @dataclass(frozen=True)
 class CcAlgorithm:
-    """One registered algorithm: its name, how to make it, and the config it takes."""
+    """One registered algorithm: its name, how to make it, the config it takes, and how
+    its defaults follow from a fabric (None: it takes no config)."""
 
     name: str
     factory: CcFactory
     config_type: type | None      # None: the algorithm takes no config
+    defaults: FabricDefaults | None = None
 
 
 _ALGORITHMS: dict[str, CcAlgorithm] = {}
 
 
-def register_cc(name: str, factory: CcFactory, *, config_type: type | None = None) -> None:
-    """Make ``name`` selectable by a CcProfile; a name registers once."""
+def register_cc(name: str, factory: CcFactory, *, config_type: type | None = None,
+                defaults: FabricDefaults | None = None) -> None:
+    """Make ``name`` selectable by a CcProfile; a name registers once. ``defaults`` makes
+    the config it runs with on a given fabric (CcProfile.for_fabric)."""
     if name in _ALGORITHMS:
         raise CcConfigError(f"CC algorithm {name!r} is already registered")
-    _ALGORITHMS[name] = CcAlgorithm(name, factory, config_type)
+    _ALGORITHMS[name] = CcAlgorithm(name, factory, config_type, defaults)
 
 
 def cc_algorithm(name: str) -> CcAlgorithm:
@@ -132,6 +236,25 @@ class CcProfile:
     @property
     def enabled(self) -> bool:
         return self.algorithm != NULL_ALGORITHM
+
+    @property
+    def cnp_interval_s(self) -> float | None:
+        """The notification point's CNP pacing when the algorithm's reaction point reads
+        CNPs (its config has a ``cnp_interval_s``), else None: the peer sends no CNPs."""
+        return getattr(self.config, "cnp_interval_s", None)
+
+    @classmethod
+    def for_fabric(cls, algorithm: str, link_rate_bps: float, base_rtt_s: float, mtu: int,
+                   trimming: bool, ack_timeout_s: float | None = None) -> CcProfile:
+        """`algorithm` with its defaults for a fabric of this line rate and base RTT, for
+        a QP with this local ACK timeout."""
+        chosen = cc_algorithm(algorithm)
+        if chosen.config_type is None:
+            return cls(algorithm)
+        if chosen.defaults is None:
+            raise CcConfigError(f"CC algorithm {algorithm!r} has no defaults for a fabric")
+        return cls(algorithm, chosen.defaults(link_rate_bps, base_rtt_s, mtu, trimming,
+                                              ack_timeout_s=ack_timeout_s))
 
     def to_json(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm,

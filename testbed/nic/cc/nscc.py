@@ -37,6 +37,7 @@ from testbed.nic.cc.base import (
     CcConfigError,
     check_bytes,
     check_penalty,
+    Unpaced,
     register_cc,
 )
 
@@ -295,7 +296,7 @@ def rtt_sample_is_unambiguous(rtx_count: int, retx_echo: bool) -> bool:
 # --------------------------------------------------------------------------
 
 
-class Nscc:
+class Nscc(Unpaced):
     """NSCC window for one QPCC [UEC] §3.6.13.5-6.
 
     ``initial_cwnd`` defaults to max_cwnd (UEC: cwnd starts at MaxWnd).
@@ -672,4 +673,9 @@ __all__ = [
     "rtt_sample_is_unambiguous",
 ]
 
-register_cc(NSCC_ALGORITHM, _make_nscc, config_type=NsccConfig)
+def _fabric_defaults(link_rate_bps: float, base_rtt_s: float, mtu: int, trimming: bool, *,
+                     ack_timeout_s: float | None = None) -> NsccConfig:
+    return NsccConfig.defaults(link_rate_bps, base_rtt_s, mtu, trimming)  # no timer to meet
+
+
+register_cc(NSCC_ALGORITHM, _make_nscc, config_type=NsccConfig, defaults=_fabric_defaults)

@@ -12,7 +12,7 @@ One module per topic, and the per-packet code split by direction:
     timestamps   u32 microsecond TX timestamps
     sack_bitmap  SETH's bitmap <-> received PSNs and holes
     inner        inner IPv6 + UDP headers; EV id <-> UDP source port + flow label
-    packets      the packet kinds (frozen dataclasses) and their receive-path twins
+    packets      the packet kinds (RoCEv2's CNP among them) (frozen dataclasses) and their receive-path twins
     encode       the writers: field values -> MRC bytes
     decode       the readers, including the endpoint's fast receive path
     trim         what a trimming switch makes of a data packet
@@ -43,6 +43,7 @@ from testbed.nic.wire.layout import (
     BTH_PKEY,
     BTH_VERSION_OFFSET,
     CC_STATE_LEN,
+    CNP_PACKET_LEN,
     DATA_OPCODES,
     EP_OP_QP,
     EV_PROBE_LEN,
@@ -88,6 +89,7 @@ from testbed.nic.wire.layout import (
 from testbed.nic.wire.packets import (
     AnyData,
     AnySack,
+    Cnp,
     DataPacket,
     EvProbe,
     EvProbeReply,
@@ -105,7 +107,7 @@ from testbed.nic.wire.trim import trim_data_packet
 
 __all__ = [
     "BTH_FLAGS_OFFSET", "BTH_PKEY", "BTH_VERSION_OFFSET", "IMM_PLACEMENT",
-    "Address", "AnyData", "AnySack", "CC_STATE_LEN", "DATA_OPCODES", "DataPacket", "EP_OP_QP",
+    "Address", "AnyData", "AnySack", "CC_STATE_LEN", "CNP_PACKET_LEN", "Cnp", "DATA_OPCODES", "DataPacket", "EP_OP_QP",
     "EV_PROBE_LEN", "EV_PROBE_REPLY_LEN", "EvProbe", "EvProbeReply", "FLAG_ACK_REQUEST",
     "FLAG_RETRANSMIT", "FLAG_TIMESTAMP", "FLAG_TRIMMED", "FLAG_TRIMMED_LASTHOP", "ICRC_LEN",
     "IMMDT_LEN", "IMM_OPCODES", "INNER_HEADERS_LEN", "IPV6_HEADER_LEN", "MAX_RCV_CWND_PEN",

@@ -23,6 +23,8 @@ from testbed.nic.wire.layout import (
     BTH_FLAGS_OFFSET,
     BTH_LEN,
     BTH_PKEY,
+    CNP_BODY_LEN,
+    CNP_PACKET_LEN,
     DATA_FLAGS,
     DATA_LAYOUTS,
     DATA_OPCODES,
@@ -59,6 +61,7 @@ from testbed.nic.wire.layout import (
     Verdict,
 )
 from testbed.nic.wire.packets import (
+    Cnp,
     DataPacket,
     EvProbe,
     EvProbeReply,
@@ -187,6 +190,14 @@ def _decode_reliability_probe(
     return ReliabilityProbe(dqp, psn, tx_timestamp)
 
 
+def _decode_cnp(buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int) -> Cnp:
+    _check_exact_length("CNP", n, CNP_PACKET_LEN)
+    _check_crc(buf, n - ICRC_LEN)
+    if psn or any(buf[BTH_LEN:BTH_LEN + CNP_BODY_LEN]):
+        raise WireError("reserved bits set in CNP")
+    return Cnp(dqp)
+
+
 def _decode_ev_probe(
     buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
 ) -> EvProbe:
@@ -223,6 +234,7 @@ def _dispatch_table(
         Opcode.RELIABILITY_PROBE.value: (
             Opcode.RELIABILITY_PROBE, _decode_reliability_probe, FLAG_TIMESTAMP, False
         ),
+        Opcode.CNP.value: (Opcode.CNP, _decode_cnp, 0, False),
         Opcode.EV_PROBE.value: (Opcode.EV_PROBE, _decode_ev_probe, 0, True),
         Opcode.EV_PROBE_REPLY.value: (Opcode.EV_PROBE_REPLY, _decode_ev_probe_reply, 0, True),
     }

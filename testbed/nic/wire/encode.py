@@ -24,6 +24,7 @@ from testbed.nic.wire.layout import (
     DATA_OPCODES,
     EP_OP_QP,
     EV_PROBE_BODY,
+    CNP_BODY_LEN,
     EV_PROBE_REPLY_BODY,
     FLAG_ACK_REQUEST,
     FLAG_RETRANSMIT,
@@ -178,6 +179,13 @@ def encode_sack(
     except struct.error as exc:
         raise WireError(f"field out of range: {exc}") from exc
     return header + U32.pack(zlib.crc32(header))
+
+
+def encode_cnp(dest_qp: int) -> bytes:
+    """The bytes of Cnp(dest_qp).encode(): BTH with PSN 0, 16 zero bytes, ICRC."""
+    check_24bit("dest_qp", dest_qp)
+    check_dest_qp(dest_qp)
+    return _seal(_bth(Opcode.CNP, 0, dest_qp, 0) + bytes(CNP_BODY_LEN))
 
 
 def encode_nack(

@@ -40,6 +40,7 @@ CC_STATE_LEN = 20
 NETH_LEN = 16
 EV_PROBE_LEN = 12
 EV_PROBE_REPLY_LEN = 16
+CNP_BODY_LEN = 16   # RoCEv2 CNP: 16 reserved bytes between BTH and ICRC
 
 REQ_ID_MASK = 0xFFFF  # endpoint operations carry a u16 request id in BTH PSN[15:0]
 MPR_UNIT_PSNS = 128
@@ -85,6 +86,9 @@ class Opcode(IntEnum):
     RELIABILITY_PROBE = 0xC2
     EV_PROBE = 0xC3
     EV_PROBE_REPLY = 0xC4
+    # RoCEv2's congestion notification packet (IBA Annex A17: BTH opcode 0x81), which a
+    # DCQCN notification point sends its reaction point on a CE mark.
+    CNP = 0x81
 
 
 class Verdict(IntEnum):
@@ -216,6 +220,7 @@ SACK_LEN = BTH_LEN + SETH_LEN + CC_STATE_LEN + ICRC_LEN
 NACK_LEN = BTH_LEN + NETH_LEN + ICRC_LEN
 EV_PROBE_PACKET_LEN = BTH_LEN + EV_PROBE_LEN + ICRC_LEN
 EV_PROBE_REPLY_PACKET_LEN = BTH_LEN + EV_PROBE_REPLY_LEN + ICRC_LEN
+CNP_PACKET_LEN = BTH_LEN + CNP_BODY_LEN + ICRC_LEN
 MIN_DATA_PACKET_LEN = BTH_LEN + METH_LEN + RETH_LEN + ICRC_LEN
 
 

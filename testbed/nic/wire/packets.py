@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Union
 
 from testbed.nic.wire.encode import (
+    encode_cnp,
     encode_data,
     encode_ev_probe,
     encode_ev_probe_reply,
@@ -120,6 +121,19 @@ class ReliabilityProbe:
 
 
 @dataclass(frozen=True, slots=True)
+class Cnp:
+    """RoCEv2 congestion notification: BTH (opcode 0x81, psn 0) | 16 reserved bytes | ICRC.
+
+    Consumes no PSN; it names only the QP whose packets arrived CE-marked.
+    """
+
+    dest_qp: int
+
+    def encode(self) -> bytes:
+        return encode_cnp(self.dest_qp)
+
+
+@dataclass(frozen=True, slots=True)
 class EvProbe:
     """Endpoint-op EV probe: BTH (QP 0x2, psn = req_id) | EV probe header | ICRC.
 
@@ -151,7 +165,7 @@ class EvProbeReply:
                                      self.ts_echo, self.service_time_ns)
 
 
-Packet = Union[DataPacket, Sack, Nack, ReliabilityProbe, EvProbe, EvProbeReply]
+Packet = Union[DataPacket, Sack, Nack, ReliabilityProbe, Cnp, EvProbe, EvProbeReply]
 
 
 class RxData(NamedTuple):
