@@ -38,7 +38,7 @@ from testbed.fabric.switch_port import (PortConfig, SwitchPortError,
                                         setup_priority_htb_many)
 from testbed.nic.emulated_timescale import nscc_target_s
 
-SPEC_FLAGS = ('mark', 'trim')
+SPEC_FLAGS = ('mark', 'trim', 'mark_last')
 SPEC_KB = ('mark_kb', 'trim_kb')
 MARK_TARGET_FRACTION = 0.5
 TRIM_TARGET_MULTIPLE = 2.0
@@ -60,6 +60,10 @@ class SignalSettings:
     trim: bool
     mark_bytes: int
     trim_bytes: int
+    # MRC's fabric leaves the last hop into a host unmarked, so a last-hop
+    # incast does not read as path congestion (docs/switch-port.md); a RoCE
+    # fabric marks there too, where DCQCN's incast bottleneck is.
+    mark_last_hop: bool = False
 
     @property
     def on(self) -> bool:
@@ -68,6 +72,7 @@ class SignalSettings:
     def describe(self) -> dict:
         return {'ecn_marking': self.mark, 'trimming': self.trim,
                 'mark_threshold_bytes': self.mark_bytes if self.mark else None,
+                'mark_last_hop': self.mark and self.mark_last_hop,
                 'trim_threshold_bytes': self.trim_bytes if self.trim else None}
 
 
@@ -93,7 +98,8 @@ def settings_from_spec(params: Mapping[str, float | int],
         mark_bytes=round(params['mark_kb'] * 1000) if 'mark_kb' in params
         else mark,
         trim_bytes=round(params['trim_kb'] * 1000) if 'trim_kb' in params
-        else trim)
+        else trim,
+        mark_last_hop=bool(params.get('mark_last', 0)))
 
 
 def asked_for(params: Mapping[str, float | int]) -> bool:
@@ -122,6 +128,15 @@ def resolve(params: Mapping[str, float | int], path_links: int,
     return (None, lacking) if lacking else (settings, [])
 
 
+def port_config(s: SignalSettings, rate_bps: int, last_hop: bool) -> PortConfig:
+    """What one switch port's program does."""
+    return PortConfig(
+        rate_bps=rate_bps, last_hop=last_hop,
+        mark_threshold=s.mark_bytes if s.mark and (
+            s.mark_last_hop or not last_hop) else None,
+        trim_threshold=s.trim_bytes if s.trim else None)
+
+
 class SignallingPorts:
     """The program on every switch port of one running fabric."""
 
@@ -141,12 +156,7 @@ class SignallingPorts:
             raise
 
     def _config(self, intf: str, rate_bps: int) -> PortConfig:
-        last = self.ports[intf].last_hop
-        s = self.settings
-        return PortConfig(
-            rate_bps=rate_bps, last_hop=last,
-            mark_threshold=s.mark_bytes if s.mark and not last else None,
-            trim_threshold=s.trim_bytes if s.trim else None)
+        return port_config(self.settings, rate_bps, self.ports[intf].last_hop)
 
     def handles(self, intf: str) -> bool:
         return intf in self.ports

@@ -36,8 +36,9 @@ class MultiPlaneFatTree(Topo):
     tc_link_params)."""
 
     def build(self, k=4, planes=1, bw=None, delay=None, ecn=None, mark=None,
-              trim=None, mark_kb=None, trim_kb=None):
-        # mark, trim, mark_kb, trim_kb: the switch ports' congestion signals,
+              trim=None, mark_kb=None, trim_kb=None,
+              mark_last=None):
+        # mark, trim, mark_kb, trim_kb, mark_last: the switch ports' congestion signals,
         # which mrc-testbed's FabricNet applies (stock mn ignores them).
         k, planes = int(k), int(planes)
         if k < 4 or k % 2:

@@ -80,9 +80,17 @@ class TransportRun:
     transport_counters: dict[str, int] = field(default_factory=dict)
 
 
-def fabric_spec(topology: str, link_rate_mbit: float):
+# Congestion controls that run on a RoCE fabric's marks: its switches mark
+# every port, the last hop into a host included (signals.SignalSettings).
+MARKS_LAST_HOP = ('dcqcn',)
+
+
+def fabric_spec(topology: str, link_rate_mbit: float, cc: str | None = None):
+    """The shaped spec a transport running `cc` gets its fabric from."""
     base = parse_topo_spec(topology)
     params = dict(base.params, bw=link_rate_mbit)
+    if cc in MARKS_LAST_HOP:
+        params['mark_last'] = 1
     return parse_topo_spec(','.join([base.name] + ['%s=%s' % kv for kv in
                                                    sorted(params.items())]))
 
@@ -114,7 +122,8 @@ class TransportRunner:
                 fabric: FabricNet | None = None) -> TransportRun:
         """On a fresh fabric, or on `fabric` (running, of the scenario's
         spec: the interactive CLI's), which is then left running."""
-        spec = fabric_spec(self.sc.topology, self.sc.link_rate_mbit)
+        spec = fabric_spec(self.sc.topology, self.sc.link_rate_mbit,
+                           self.run.cc)
         with nullcontext(fabric) if fabric else FabricNet(spec) as fab:
             phases = build_workload(fab.plan, self.rng)
             self.run.steps = tuple(getattr(phases, 'steps', ()))

@@ -4,7 +4,7 @@ import pytest
 
 from testbed.fabric.link_options import FeatureMissing, LinkOptionError
 from testbed.fabric.signals import (MARK_TARGET_FRACTION, TRIM_TARGET_MULTIPLE,
-                                    default_thresholds, resolve,
+                                    default_thresholds, port_config, resolve,
                                     settings_from_spec)
 from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
 from testbed.nic.emulated_timescale import base_rtt_s, nscc_target_s
@@ -44,6 +44,16 @@ def test_spec_keys_turn_signals_off_or_set_thresholds():
     assert (set_.mark_bytes, set_.trim_bytes) == (3000, 20000)
     with pytest.raises(TopoSpecError):
         parse_topo_spec('fattree,k=4,trim=2')
+
+
+def test_the_last_hop_marks_only_on_a_roce_fabric():
+    mrc = settings_from_spec(params('fattree,k=4,bw=10'), 6)
+    roce = settings_from_spec(params('fattree,k=4,bw=10,mark_last=1'), 6)
+    assert port_config(mrc, 10_000_000, last_hop=True).mark_threshold is None
+    assert port_config(mrc, 10_000_000, last_hop=False).mark_threshold == mrc.mark_bytes
+    assert port_config(roce, 10_000_000, last_hop=True).mark_threshold == roce.mark_bytes
+    # Trimming is the same on both.
+    assert port_config(roce, 10_000_000, last_hop=True).trim_threshold == roce.trim_bytes
 
 
 def test_a_signal_asked_for_where_it_cannot_run_is_refused():
