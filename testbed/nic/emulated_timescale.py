@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig
 from testbed.nic.ev_table import EvTableConfig
+from testbed.nic.hardware_profile import EmulatedTime, HardwareProfile, emulate
 from testbed.nic.qp_profile import QpProfile
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.transport_config import DEFAULT_CC, TransportConfig
@@ -120,6 +121,13 @@ def fabric_qp_profile(transport: str, link_rate_bps: float | None,
     # packet time here, so every SACK would leave alone.
     return replace(profile, retry=retry, transport_config=replace(
         config, ack_delay_s=config.ack_every * packet_time_s(link_rate_bps)))
+
+
+def fabric_time(profile: HardwareProfile, link_rate_bps: float,
+                path_links: int) -> EmulatedTime:
+    """How a fabric shaped to `link_rate_bps` stands for `profile`."""
+    return emulate(profile, packet_time_s(link_rate_bps),
+                   base_rtt_s(link_rate_bps, path_links))
 
 
 def packet_time_s(link_rate_bps: float) -> float:

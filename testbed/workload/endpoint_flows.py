@@ -24,6 +24,7 @@ from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
 from testbed.mrc_ctl.ev_planner import EvPlanner, PairEvs
 from testbed.nic.emulated_timescale import fabric_qp_profile
+from testbed.nic.hardware_profile import EmulatedTime
 from testbed.nic.endpoint import Endpoint, connect
 from testbed.nic.memory import MemoryRegion
 from testbed.nic.outgoing import Outgoing
@@ -65,18 +66,22 @@ class EndpointFlows:
     """Start flows, advance the loop, read progress at any time."""
 
     def __init__(self, fab: FabricNet, transport: str, seed: int,
-                 cc: str | None = None) -> None:
-        """`cc`: the QPs' congestion control (None: the transport's)."""
+                 cc: str | None = None,
+                 timescale: EmulatedTime | None = None) -> None:
+        """`cc`: the QPs' congestion control (None: the transport's);
+        `timescale`: the hardware profile the fabric stands for (its delay
+        stage and base RTT), None for the fabric's own RTT."""
         self.fab = fab
         self.transport = transport
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
-        self.runtime = SocketRuntime(self.book, tap=self._count,
-                                     port_rate_bps=fab.link_rate_bps)
-        self.profile = fabric_qp_profile(transport, fab.link_rate_bps,
-                                         len(plan.planes),
-                                         plan.longest_path_links,
-                                         fab.congestion_signals, cc)
+        self.runtime = SocketRuntime(
+            self.book, tap=self._count, port_rate_bps=fab.link_rate_bps,
+            rx_delay_s=timescale.rx_delay_s if timescale else 0.0)
+        self.profile = fabric_qp_profile(
+            transport, fab.link_rate_bps, len(plan.planes),
+            plan.longest_path_links, fab.congestion_signals, cc,
+            base_rtt_override_s=timescale.base_rtt_s if timescale else None)
         self.endpoints: dict[str, Endpoint] = {}
         self.connections: dict[tuple[str, str], Connection] = {}
         self.flows: dict[int, EndpointFlow] = {}

@@ -65,10 +65,11 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         left = capacity_left(event, paths)
         # A job that died after the fault never recovered, whatever its
         # goodput did before it died.
+        took = None if died else recovery_time(
+            goodput, BIN_S, at, end, RECOVERED_FRACTION * left)
         recoveries.append({
             'fault': event['fault'], 'at_s': at, 'capacity_left': round(left, 3),
-            'recovery_s': None if died else recovery_time(
-                goodput, BIN_S, at, end, RECOVERED_FRACTION * left)})
+            'recovery_s': took, **time_figures('recovery', took, run)})
     plane_totals = [sum(run.plane_bins.get(p, [])) for p in planes]
     path_totals = [run.path_bytes.get(p, 0) for p in sorted(candidate_paths)]
     return {
@@ -98,7 +99,22 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         'false_demotions': false_demotions(run, plan) if plan else None,
         'victim': victim_summary(run, reach_mbps),
         'transport_counters': run.transport_counters,
+        'base_rtt_ms': None if run.base_rtt_s is None
+        else round(run.base_rtt_s * 1e3, 2),
+        'timescale': run.timescale,
     }
+
+
+def time_figures(name: str, seconds: float | None, run: TransportRun) -> dict:
+    """A duration in the fabric's base RTTs and, where the run applied a
+    hardware profile, in the hardware microseconds it stands for."""
+    rtt = run.base_rtt_s
+    applied = run.timescale and run.timescale['applied']
+    return {name + '_rtts': None if seconds is None or not rtt
+            else round(seconds / rtt, 1),
+            name + '_hardware_us': round(seconds / rtt * run.timescale[
+                'hardware_base_rtt_us'], 1)
+            if seconds is not None and applied and rtt else None}
 
 
 def _tail_start(run: TransportRun) -> float | None:

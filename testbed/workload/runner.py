@@ -18,6 +18,8 @@ from testbed.fabric.faults.catalogue import call_args
 from testbed.fabric.net import FabricNet
 from testbed.fabric.packet_capture import PacketCapture, capture_points
 from testbed.fabric.topo_spec import parse_topo_spec
+from testbed.nic.emulated_timescale import base_rtt_s, fabric_time
+from testbed.nic.hardware_profile import HARDWARE_PROFILES, EmulatedTime
 from testbed.workload.emulation_health import HealthSample, health_between
 from testbed.workload.switch_counters import SwitchCounters
 from testbed.workload.transports import transport
@@ -55,6 +57,11 @@ class TransportRun:
     transport: str
     repetition: int
     cc: str | None = None        # our endpoints' congestion control; None: the kernel's
+    # The fabric's base RTT (with the hardware profile's delay, where its
+    # transport applies it), and the profile's mapping: time figures in RTTs
+    # and hardware us.
+    base_rtt_s: float | None = None
+    timescale: dict | None = None
     flows: list[FlowRecord] = field(default_factory=list)
     goodput_bins: list[float] = field(default_factory=list)      # bytes/bin
     plane_bins: dict[int, list[float]] = field(default_factory=dict)
@@ -130,7 +137,7 @@ class TransportRunner:
             self.run.plane_bins = {p: [] for p in fab.plan.planes}
             injector = make_injector(fab, self._log)
             driver = transport(self.run.transport).driver(
-                fab, self.sc.seed, self.run.cc)
+                fab, self.sc.seed, self.run.cc, self._timescale(fab))
             try:
                 with self._capture(fab):
                     self._loop(fab, driver, injector, phases)
@@ -158,6 +165,25 @@ class TransportRunner:
         self.run.events.append(dict(event, t=t))
         if event.get('fault') not in (None, 'restore_all'):
             self.run.fault_times.append((t, event['fault']))
+
+    def _timescale(self, fab: FabricNet) -> EmulatedTime | None:
+        """The hardware profile's mapping for this run, recorded in it; None
+        (and the fabric's own base RTT) without a profile, or for a
+        transport that cannot apply one."""
+        rate, links = fab.link_rate_bps, fab.plan.longest_path_links
+        self.run.base_rtt_s = base_rtt_s(rate, links)
+        if not self.sc.hardware or not rate:
+            return None
+        timescale = fabric_time(HARDWARE_PROFILES[self.sc.hardware], rate, links)
+        applied = transport(self.run.transport).family == 'endpoint'
+        self.run.timescale = dict(timescale.describe(), applied=applied)
+        if not applied:
+            self.run.timescale['why_not'] = ('the kernel stack has no delay '
+                                             'stage, and netem is needed on '
+                                             'the links')
+            return None
+        self.run.base_rtt_s = timescale.base_rtt_s
+        return timescale
 
     def _loop(self, fab, driver, injector, phases) -> None:
         records = self._records(phases)

@@ -56,13 +56,17 @@ class TransportInfo:
     doc: str
     driver_class: str       # module:class, imported when the transport runs
 
-    def driver(self, fab: Any, seed: int, cc: str | None = None) -> Driver:
+    def driver(self, fab: Any, seed: int, cc: str | None = None,
+               timescale: Any = None) -> Driver:
         """`cc`: the congestion control our endpoints run (None: the
-        transport's default); the kernel's transports keep the kernel's."""
+        transport's default); the kernel's transports keep the kernel's.
+        `timescale`: the hardware profile's EmulatedTime, which only our
+        endpoints can apply (their delay stage; the kernel's would need
+        netem on the links)."""
         module, name = self.driver_class.split(':')
         make = getattr(importlib.import_module(module), name)
         if self.family == 'endpoint':
-            return make(fab, self.name, seed, cc=cc)
+            return make(fab, self.name, seed, cc=cc, timescale=timescale)
         return make(fab, self.name, seed)
 
 
