@@ -16,6 +16,12 @@ from typing import Any, Literal, Protocol
 
 from testbed.nic.transport_config import TRANSPORTS as NIC_TRANSPORTS
 
+# Every fabric carries both modes (testbed.controller.usid_app): MRC's static
+# SRv6 uSID source routes, and destination routing with ECMP groups that the
+# controller repairs after a convergence delay, as RoCE is deployed.
+FabricMode = Literal['srv6', 'routed']
+FABRIC_MODES: tuple[FabricMode, ...] = ('srv6', 'routed')
+
 
 class Driver(Protocol):
     """Flows of one transport on a running fabric, advanced by `poll()`
@@ -55,11 +61,13 @@ class TransportInfo:
     colour: str             # in every plot
     doc: str
     driver_class: str       # module:class, imported when the transport runs
+    fabric: FabricMode      # the fabric mode it runs on unless a scenario says
 
-    def driver(self, fab: Any, seed: int) -> Driver:
+    def driver(self, fab: Any, seed: int, fabric_mode: FabricMode | None = None
+               ) -> Driver:
         module, name = self.driver_class.split(':')
         return getattr(importlib.import_module(module), name)(
-            fab, self.name, seed)
+            fab, self.name, seed, fabric_mode or self.fabric)
 
 
 _ENDPOINT = 'testbed.workload.endpoint_flows:EndpointFlows'
@@ -67,16 +75,16 @@ _KERNEL = 'testbed.kernel.flows:KernelFlows'
 _ALL = (
     TransportInfo('mrc', 'endpoint', False, '#1b7837', 'MRC: every QP sprayed '
                   'over all paths of all planes, EVs steered by feedback',
-                  _ENDPOINT),
+                  _ENDPOINT, 'srv6'),
     TransportInfo('rc', 'endpoint', True, '#b2182b', 'RoCE RC: one path per '
                   'QP, go-back-N, QP error when the retry budget runs out',
-                  _ENDPOINT),
+                  _ENDPOINT, 'routed'),
     TransportInfo('ecmp', 'endpoint', True, '#2166ac', "one hashed path per "
-                  "QP, MRC's selective recovery", _ENDPOINT),
+                  "QP, MRC's selective recovery", _ENDPOINT, 'routed'),
     TransportInfo('tcp', 'kernel', True, '#762a83', "the kernel's TCP on one "
-                  'hashed path', _KERNEL),
+                  'hashed path', _KERNEL, 'routed'),
     TransportInfo('mptcp', 'kernel', False, '#e08214', "the kernel's MPTCP, "
-                  'one subflow per plane', _KERNEL),
+                  'one subflow per plane', _KERNEL, 'srv6'),
 )
 TRANSPORTS: Mapping[str, TransportInfo] = {t.name: t for t in _ALL}
 NAMES: tuple[str, ...] = tuple(TRANSPORTS)
