@@ -40,6 +40,7 @@ from testbed.fabric.routed_tables import (ROUTED_PRIORITY, GroupRoute, HostRoute
 from testbed.fabric.usid_plan import FabricPlan
 
 ETH_TYPE_IPV6 = 0x86DD
+LAST_USID_MASK = '::ffff'
 TIMER_SLACK_S = 0.005    # a timer that fires a hair early still finds its report
 
 
@@ -87,6 +88,13 @@ class UsidController(app_manager.OSKenApp):
         for route in routing.routes:
             dp.send_msg(routed_flow_mod(dp, route))
         dp.send_msg(parser.OFPBarrierRequest(dp))
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def on_error(self, ev) -> None:
+        """A refused message is a fabric that does not forward as planned."""
+        msg = ev.msg
+        self.logger.error('datapath %016x refused a message: type %d code %d: %s',
+                          msg.datapath.id, msg.type, msg.code, bytes(msg.data)[:64].hex())
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def on_barrier(self, ev) -> None:
@@ -154,12 +162,13 @@ def flow_mod(dp, rule: FlowRule):
     if isinstance(rule, ShiftAndForward):
         table = SHIFT_TABLE
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [
-            # The uSID shift of RFC 9800: bits 16..95 move up by 16 and the
-            # last 16 become zero (end of carrier).
-            parser.NXActionRegMove(src_field='ipv6_dst', dst_field='ipv6_dst',
-                                   n_bits=80, src_ofs=0, dst_ofs=16),
-            parser.NXActionRegLoad(ofs_nbits=(0 << 6) | 15, dst='ipv6_dst',
-                                   value=0),
+            # The uSID shift of RFC 9800: bits 0..79 move up by 16 and the
+            # last 16 become zero (end of carrier). OpenFlow 1.5's own
+            # copy-field and masked set-field: OVS refuses the Nicira
+            # reg_move/reg_load it takes over OF1.3 in an OF1.5 flow mod.
+            parser.OFPActionCopyField(n_bits=80, src_offset=0, dst_offset=16,
+                                      oxm_ids=['ipv6_dst', 'ipv6_dst']),
+            parser.OFPActionSetField(ipv6_dst=('::', LAST_USID_MASK)),
             parser.OFPActionDecNwTtl()]),
             parser.OFPInstructionGotoTable(NEXT_USID_TABLE)]
     else:

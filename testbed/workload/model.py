@@ -194,12 +194,18 @@ class Scenario:
     workload: WorkloadSpec
     faults: tuple[Fault, ...]           # in file order
     duration_s: float
+    fabric_modes: tuple[tuple[str, str], ...] = ()   # overrides, by transport
+    convergence_delay_s: float | None = None          # None: the fabric's default
     seed: int = 1
     repetitions: int = 1
     source_path: str = ''
     source_text: str = field(default='', repr=False)
     is_quick: bool = False
     quick: 'Scenario | None' = field(default=None, repr=False, compare=False)
+
+    def fabric_mode(self, transport: str) -> str | None:
+        """The scenario's fabric mode for a transport; None: its default."""
+        return dict(self.fabric_modes).get(transport)
 
     def quick_version(self) -> 'Scenario':
         """The `quick` overrides applied (already validated at load); the

@@ -23,13 +23,15 @@ from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
 from testbed.workload.connection_matrix import (
     ConnectionMatrixError, load_cm, matrix_to_workload, node_host)
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
+from testbed.workload.transports import transport as transport_info
 from testbed.workload.model import (ConnectionMatrix, FabricOf, Fault,
                                     Scenario, Victim, WorkloadSpec, fabric_of)
 from testbed.workload.workloads import check_shares_last_hop
 
 REQUIRED_KEYS = ('name', 'topology', 'link_rate_mbit', 'transports',
                  'workload', 'duration_s')
-OPTIONAL_KEYS = ('description', 'faults', 'seed', 'repetitions', 'quick')
+OPTIONAL_KEYS = ('description', 'faults', 'seed', 'repetitions', 'quick',
+                 'fabric_modes', 'convergence_delay_s')
 TOP_LEVEL_KEYS = REQUIRED_KEYS + OPTIONAL_KEYS
 NOT_IN_QUICK = ('name', 'transports', 'topology', 'quick')
 NAME_PATTERN = re.compile(r'[a-z0-9_-]{1,64}')
@@ -120,6 +122,10 @@ def _scenario(data: Any, base_dir: Path, source: str,
         link_rate_mbit=_number(data['link_rate_mbit'], 'link_rate_mbit',
                                above=0),
         transports=_transports(data['transports']),
+        fabric_modes=_fabric_modes(data.get('fabric_modes', {}),
+                                   _transports(data['transports'])),
+        convergence_delay_s=None if data.get('convergence_delay_s') is None
+        else _number(data['convergence_delay_s'], 'convergence_delay_s', least=0),
         workload=_workload(data['workload'], fabric, base_dir),
         faults=_faults(data.get('faults', []), fabric, duration),
         duration_s=duration,
@@ -204,6 +210,22 @@ def _transports(value: Any) -> tuple[str, ...]:
             raise _Invalid(where, '%r is listed twice' % item)
         seen.append(item)
     return tuple(seen)
+
+
+def _fabric_modes(value: Any, transports: tuple[str, ...]
+                  ) -> tuple[tuple[str, str], ...]:
+    """transport -> fabric mode, for transports the scenario runs and modes
+    they can run on (testbed.workload.transports)."""
+    modes = _mapping(value, 'fabric_modes', (), None)
+    out = []
+    for name, mode in sorted(modes.items()):
+        where = 'fabric_modes.%s' % name
+        if name not in transports:
+            raise _Invalid(where, '%r is not among the transports' % name)
+        _choice(mode, where, transport_info(name).fabrics,
+                'fabric mode for %s' % name)
+        out.append((name, mode))
+    return tuple(out)
 
 
 # -- workload ------------------------------------------------------------------

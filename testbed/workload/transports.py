@@ -18,7 +18,9 @@ from testbed.nic.transport_config import TRANSPORTS as NIC_TRANSPORTS
 
 # Every fabric carries both modes (testbed.controller.usid_app): MRC's static
 # SRv6 uSID source routes, and destination routing with ECMP groups that the
-# controller repairs after a convergence delay, as RoCE is deployed.
+# controller repairs after a convergence delay, as RoCE is deployed. MRC
+# needs source routes (its EVs name paths); MPTCP on the routed mode would
+# need a peer address per plane for its subflows, which it is not given.
 FabricMode = Literal['srv6', 'routed']
 FABRIC_MODES: tuple[FabricMode, ...] = ('srv6', 'routed')
 
@@ -61,7 +63,12 @@ class TransportInfo:
     colour: str             # in every plot
     doc: str
     driver_class: str       # module:class, imported when the transport runs
-    fabric: FabricMode      # the fabric mode it runs on unless a scenario says
+    fabrics: tuple[FabricMode, ...]   # the modes it can run on; the first
+                                      # is its default unless a scenario says
+
+    @property
+    def fabric(self) -> FabricMode:
+        return self.fabrics[0]
 
     def driver(self, fab: Any, seed: int, fabric_mode: FabricMode | None = None
                ) -> Driver:
@@ -75,16 +82,17 @@ _KERNEL = 'testbed.kernel.flows:KernelFlows'
 _ALL = (
     TransportInfo('mrc', 'endpoint', False, '#1b7837', 'MRC: every QP sprayed '
                   'over all paths of all planes, EVs steered by feedback',
-                  _ENDPOINT, 'srv6'),
+                  _ENDPOINT, ('srv6',)),
     TransportInfo('rc', 'endpoint', True, '#b2182b', 'RoCE RC: one path per '
                   'QP, go-back-N, QP error when the retry budget runs out',
-                  _ENDPOINT, 'routed'),
+                  _ENDPOINT, ('routed', 'srv6')),
     TransportInfo('ecmp', 'endpoint', True, '#2166ac', "one hashed path per "
-                  "QP, MRC's selective recovery", _ENDPOINT, 'routed'),
+                  "QP, MRC's selective recovery", _ENDPOINT,
+                  ('routed', 'srv6')),
     TransportInfo('tcp', 'kernel', True, '#762a83', "the kernel's TCP on one "
-                  'hashed path', _KERNEL, 'routed'),
+                  'hashed path', _KERNEL, ('routed', 'srv6')),
     TransportInfo('mptcp', 'kernel', False, '#e08214', "the kernel's MPTCP, "
-                  'one subflow per plane', _KERNEL, 'srv6'),
+                  'one subflow per plane', _KERNEL, ('srv6',)),
 )
 TRANSPORTS: Mapping[str, TransportInfo] = {t.name: t for t in _ALL}
 NAMES: tuple[str, ...] = tuple(TRANSPORTS)
