@@ -6,6 +6,7 @@ import time
 
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.fabric.netns import inside
+from testbed.fabric.verify import verify_fabric
 from testbed.workload.endpoint_flows import EndpointFlows
 
 # Two leaves, four spines, one plane: every leaf-to-leaf flow has four
@@ -171,3 +172,15 @@ def test_an_rc_qp_on_the_routed_fabric_survives_a_failure_shorter_than_its_retry
     finally:
         injector.restore_all()
         driver.close()
+
+
+def test_verify_probes_the_routed_mode_around_a_converged_failure(fabric_factory):
+    fab = fabric_factory(SPEC, convergence_delay_s=DELAY_S)
+    report = verify_fabric(fab, fabric='routed')
+    # One flow per equal-cost path of each pair: 4 spines, both directions.
+    assert report.ok and report.paths_total == 2 * 4, report
+    leaf = fab.plan.host_ports[(SRC, 1)].switch
+    spine = sorted(uplinks(fab))[0]
+    fab.set_link(leaf, spine, up=False)
+    time.sleep(DELAY_S + REVALIDATE_S)
+    assert verify_fabric(fab, fabric='routed').ok
