@@ -2,11 +2,13 @@
 UDP source port, reconvergence after the controller's convergence delay,
 and an RC QP on it."""
 import socket
+import subprocess
 import time
 
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.fabric.netns import inside
 from testbed.fabric.verify import verify_fabric
+from testbed.kernel.transports import KernelTransports
 from testbed.workload.endpoint_flows import EndpointFlows
 
 # Two leaves, four spines, one plane: every leaf-to-leaf flow has four
@@ -184,3 +186,16 @@ def test_verify_probes_the_routed_mode_around_a_converged_failure(fabric_factory
     fab.set_link(leaf, spine, up=False)
     time.sleep(DELAY_S + REVALIDATE_S)
     assert verify_fabric(fab, fabric='routed').ok
+
+
+def test_kernel_tcp_on_the_routed_fabric_needs_no_seg6_route(fabric_factory):
+    fab = fabric_factory(SPEC)
+    with KernelTransports(fab, routed=True) as kt:
+        flow = kt.start_flow(SRC, DST, 1 << 20, 'tcp')
+        assert kt.run(lambda: flow.finished, timeout_s=30)
+        assert flow.completed, flow.error
+        assert flow.sha256_received == flow.sha256_sent is not None
+        routes = subprocess.run(['nsenter', '--net=/proc/%d/ns/net' % fab.host_pid(SRC),
+                                 'ip', '-6', 'route', 'show', 'table', 'all'],
+                                capture_output=True, text=True, check=True).stdout
+        assert 'seg6 ' not in routes.replace('seg6local', '')
