@@ -39,11 +39,10 @@ class GroupChange:
 class RoutedView:
     def __init__(self, plan: FabricPlan) -> None:
         self.plan = plan
-        self._links: dict[PortKey, LinkKey] = {}
-        for link in plan.links:
-            key = link_key(link.a, link.b)
-            self._links[(plan.switches[link.a].dpid, link.a_port)] = key
-            self._links[(plan.switches[link.b].dpid, link.b_port)] = key
+        self._links: dict[PortKey, LinkKey] = {
+            (info.dpid, port): link_key(name, peer)
+            for name, info in plan.switches.items()
+            for peer, port in plan.neighbours(name).items()}
         self._names = {s.dpid: name for name, s in plan.switches.items()}
         self._down_ports: set[PortKey] = set()
         self.tables: dict[str, SwitchRouting] = routed_tables(plan)
