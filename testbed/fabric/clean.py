@@ -14,7 +14,7 @@ from testbed.fabric import ovs, switch_port
 from testbed.fabric.features import ovs_datapath
 
 # Command lines of processes that only the testbed starts.
-OUR_PROCESSES = ('mininet:', '-m testbed.controller --plan', 'testbed.nic.agent')
+OUR_PROCESSES = ('mininet:', '-m testbed.controller --', 'testbed.nic.agent')
 OUR_NETNS_PREFIX = 'mrc'
 OUR_NFT_PREFIX = 'mrc_'
 WORKDIR_GLOB = '/tmp/mrc-fabric-*'

@@ -97,3 +97,33 @@ def tx_checksum_off(ifname: str) -> None:
     ifreq = struct.pack('16sP', ifname.encode(), ctypes.addressof(cmd))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifreq)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m testbed.fabric.host_plumbing prepare --pid P`` (before
+    the host's links exist) and ``... plumb --topo SPEC --host H --pid P``:
+    the same two steps for a host that another program (stock `mn --host
+    mrc`) made."""
+    import argparse
+    parser = argparse.ArgumentParser(prog='python -m testbed.fabric.host_plumbing')
+    parser.add_argument('step', choices=('prepare', 'plumb'))
+    parser.add_argument('--pid', type=int, required=True,
+                        help="a process in the host's network namespace")
+    parser.add_argument('--topo', help='topology spec (plumb)')
+    parser.add_argument('--host', help='host name in it (plumb)')
+    args = parser.parse_args(argv)
+    if args.step == 'prepare':
+        prepare_namespace(args.pid)
+        return
+    if not (args.topo and args.host):
+        parser.error('plumb needs --topo and --host')
+    from testbed.fabric.topo_spec import parse_topo_spec
+    from testbed.fabric.usid_plan import FabricPlan
+    plan = FabricPlan.from_topo(parse_topo_spec(args.topo).build())
+    if args.host not in plan.hosts:
+        parser.error('%s has no host %s' % (args.topo, args.host))
+    plumb_host(args.pid, [plan.host_ports[(args.host, p)] for p in plan.planes])
+
+
+if __name__ == '__main__':
+    main()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.fabric import features
-from testbed.topologies.fattree import tc_link_params
+from testbed.topologies.link_params import tc_link_params
 
 
 @dataclass(frozen=True)

@@ -3,33 +3,31 @@
 Every host has one NIC port per plane; port p connects to an edge switch of
 plane p, and planes share no switch, as in MRC's multi-plane fabrics.
 
-    mn --custom testbed/topologies/fattree.py --topo fattree,k=4,planes=2 \
-       --switch ovs,datapath=user,protocols=OpenFlow13 --controller remote
+    sudo mn --custom testbed/topologies/fattree.py --topo fattree,k=4,planes=2 \
+       --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow15
+
+(`testbed.topologies.stock_mn` says what the mrc controller and hosts do.)
 
 Switch names show plane, tier, pod and index: ``p1c3`` (plane 1, core 3),
 ``p1a0x1`` (plane 1, pod 0, aggregation 1), ``p1e0x1`` (edge). Host port on
 plane p is ``h<n>-p<p>``.
 """
-from mininet.link import TCLink
-from mininet.topo import Topo
+import os
+import sys
+
+if '__file__' not in globals():
+    # `mn --custom` execs this file without __file__, and the directory that
+    # holds testbed/ is not on sys.path: put it there from the code's name.
+    sys.path.insert(0, os.path.abspath(os.path.join(
+        sys._getframe().f_code.co_filename, '..', '..', '..')))
+
+from mininet.topo import Topo  # noqa: E402 (after the path fix above)
+
+from testbed.topologies import stock_mn  # noqa: E402
+from testbed.topologies.link_params import tc_link_params  # noqa: E402
 
 TIER_CODE = {'edge': 1, 'agg': 2, 'core': 3}
 
-
-def tc_link_params(bw=None, delay=None, ecn=None):
-    """TCLink options for every link, or {} for plain veths: HTB at `bw`
-    Mbit/s, netem `delay` ms one way (each end delays what it sends), and
-    with `ecn=1` RED marking ECN-capable packets. TCLink hangs RED under the
-    HTB class, so ecn takes effect only together with bw.
-    (A copy lives in each topology file: `mn --custom` loads one file.)"""
-    params = {}
-    if bw:
-        params['bw'] = float(bw)
-    if delay:
-        params['delay'] = '%gms' % float(delay)
-    if ecn:
-        params['enable_ecn'] = True
-    return dict(params, cls=TCLink) if params else {}
 
 class MultiPlaneFatTree(Topo):
     """k-ary fat-tree (k even, >= 4) replicated over `planes` planes (1-8);
@@ -76,4 +74,7 @@ class MultiPlaneFatTree(Topo):
                               index=index, pod=pod)
 
 
-topos = {'fattree': MultiPlaneFatTree}
+# Mininet's --custom convention: what `mn --topo/--controller/--host` offer.
+topos = {'fattree': stock_mn.recording_spec('fattree', MultiPlaneFatTree)}
+controllers = stock_mn.CONTROLLERS
+hosts = stock_mn.HOSTS

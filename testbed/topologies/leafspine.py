@@ -4,33 +4,31 @@ Each plane has `leaves` leaf (T0) and `spines` spine (T1) switches, every
 leaf wired to every spine; `hosts` hosts hang off each leaf position and have
 one NIC port per plane.
 
-    mn --custom testbed/topologies/leafspine.py \
+    sudo mn --custom testbed/topologies/leafspine.py \
        --topo leafspine,leaves=4,spines=4,hosts=2,planes=4 \
-       --switch ovs,datapath=user,protocols=OpenFlow13 --controller remote
+       --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow15
+
+(`testbed.topologies.stock_mn` says what the mrc controller and hosts do.)
 
 Names: ``p2l0`` (plane 2, leaf 0), ``p2s3`` (plane 2, spine 3), host port on
 plane p is ``h<n>-p<p>``.
 """
-from mininet.link import TCLink
-from mininet.topo import Topo
+import os
+import sys
+
+if '__file__' not in globals():
+    # `mn --custom` execs this file without __file__, and the directory that
+    # holds testbed/ is not on sys.path: put it there from the code's name.
+    sys.path.insert(0, os.path.abspath(os.path.join(
+        sys._getframe().f_code.co_filename, '..', '..', '..')))
+
+from mininet.topo import Topo  # noqa: E402 (after the path fix above)
+
+from testbed.topologies import stock_mn  # noqa: E402
+from testbed.topologies.link_params import tc_link_params  # noqa: E402
 
 TIER_CODE = {'leaf': 1, 'spine': 2}
 
-
-def tc_link_params(bw=None, delay=None, ecn=None):
-    """TCLink options for every link, or {} for plain veths: HTB at `bw`
-    Mbit/s, netem `delay` ms one way (each end delays what it sends), and
-    with `ecn=1` RED marking ECN-capable packets. TCLink hangs RED under the
-    HTB class, so ecn takes effect only together with bw.
-    (A copy lives in each topology file: `mn --custom` loads one file.)"""
-    params = {}
-    if bw:
-        params['bw'] = float(bw)
-    if delay:
-        params['delay'] = '%gms' % float(delay)
-    if ecn:
-        params['enable_ecn'] = True
-    return dict(params, cls=TCLink) if params else {}
 
 class MultiPlaneLeafSpine(Topo):
     """`planes` (1-8) planes of `leaves` x `spines`; leaves*hosts hosts.
@@ -69,4 +67,7 @@ class MultiPlaneLeafSpine(Topo):
                               index=index)
 
 
-topos = {'leafspine': MultiPlaneLeafSpine}
+# Mininet's --custom convention: what `mn --topo/--controller/--host` offer.
+topos = {'leafspine': stock_mn.recording_spec('leafspine', MultiPlaneLeafSpine)}
+controllers = stock_mn.CONTROLLERS
+hosts = stock_mn.HOSTS

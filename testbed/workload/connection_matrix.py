@@ -2,7 +2,9 @@
 our workloads, so the same traffic runs here and in the UEC simulator htsim.
 
 The format is the one `ConnectionMatrix::load` in htsim's
-``sim/datacenter/connection_matrix.cpp`` reads (csg-htsim and uet-htsim)::
+``sim/datacenter/connection_matrix.cpp`` reads (github.com/Broadcom/csg-htsim;
+uet-htsim's copy, e.g. github.com/HLC-Lab/uet-htsim
+``htsim/sim/datacenter/connection_matrix.cpp``, adds ``msg``)::
 
     Nodes 16
     Connections 3
@@ -25,12 +27,41 @@ The format is the one `ConnectionMatrix::load` in htsim's
   ``barrier`` (with ``count``: fires once that many flows signalled it).
 - ``failure`` lines (htsim's own switch/link failures) are kept verbatim.
 
+htsim's lexical rules, which the reader applies as they are:
+
+- A line ends at ``\n``; tokens are separated by exactly one space
+  (``getline(ss, s, ' ')``). One trailing space is harmless; a leading
+  space, two spaces in a row or a tab make an empty or glued token, which
+  htsim refuses as an unknown token (or aborts on, in ``stoi("")``).
+- Every whole number goes through ``stoi`` into a C ``int``: above
+  2^31 - 1 htsim aborts (``std::out_of_range``), so we refuse it.
+- ``msg`` takes the next token as its id when ``stoi`` reads one there
+  (``msg 0`` is refused: "Msg ID zero is not allowed"), else it stands
+  alone (a message without id, read as ``msg=0``). A bare ``msg`` must not
+  end the line: htsim would read the token past the end.
+- ``id`` must come before ``trigger`` on a line (htsim asserts it has a
+  flow id when it files the flow under its trigger).
+
+Where the reader is stricter than htsim (files htsim takes, we refuse):
+
+- a carriage return anywhere: htsim keeps it in the line's last token,
+  which it then accepts after a number (``stoi`` stops at it) and refuses
+  after a keyword (``addon``, ``barrier``, ...);
+- numbers other than plain decimal digits (``stoi`` also takes a sign,
+  leading blanks and trailing junk: ``12abc`` reads 12);
+- unrecognised header lines, which htsim skips silently (``Nodes`` with a
+  leading space or a tab is not read at all);
+- ``start`` and ``trigger`` on one line in that order (htsim lets the
+  trigger override the start), a missing or zero ``size`` (htsim leaves it
+  undefined), a barrier with ``count`` 0.
+
 Node ``i`` is our host ``h<i+1>``: both number hosts edge switch by edge
 switch, pod by pod, so a k-ary fat-tree's node i sits in the same place in
 both fabrics.
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -39,9 +70,13 @@ from testbed.workload.model import (CmConnection, CmTrigger, ConnectionMatrix,
 
 TRIGGER_KINDS = ('oneshot', 'multishot', 'barrier')
 US_PER_S = 1_000_000
+C_INT_MAX = 2**31 - 1            # htsim reads every whole number with stoi
+FAILURE_SWITCH_TYPES = ('TOR', 'AGG', 'CORE')
 _ENDPOINTS = re.compile(r'^(\d+)->(\d+)$')
 _HOST = re.compile(r'^h([1-9]\d*)$')
 _HEADER = ('Nodes', 'Connections', 'Triggers', 'Failures')
+_CONNECTION_INTS = ('id', 'size', 'trigger', 'send_done_trigger',
+                    'recv_done_trigger', 'prio')
 
 
 class ConnectionMatrixError(ValueError):
@@ -66,7 +101,9 @@ def host_node(host: str) -> int:
 def load_cm(path: str | Path) -> ConnectionMatrix:
     path = Path(path)
     try:
-        text = path.read_text()
+        # newline='': a CR stays in the text, as it does for htsim's getline
+        with open(path, newline='') as f:
+            text = f.read()
     except OSError as err:
         raise ConnectionMatrixError('%s: cannot read: %s'
                                     % (path, err.strerror)) from None
@@ -83,15 +120,15 @@ def parse_cm(text: str) -> ConnectionMatrix:
     triggers: list[CmTrigger] = []
     failures: list[str] = []
     in_body = False
-    for number, line in enumerate(text.splitlines(), start=1):
-        tokens = line.split()
-        if not tokens:
-            continue
+    for number, line in enumerate(text.split('\n'), start=1):
         try:
+            if not in_body and line.startswith('#'):
+                continue           # htsim skips header comments unread
+            tokens = htsim_tokens(line)
+            if not tokens:
+                continue
             if tokens[0] in _HEADER and not in_body:
                 header[tokens[0]] = _header_value(tokens)
-            elif tokens[0].startswith('#') and not in_body:
-                continue
             elif '->' in tokens[0]:
                 in_body = True
                 connections.append(_connection(tokens))
@@ -100,7 +137,7 @@ def parse_cm(text: str) -> ConnectionMatrix:
                 triggers.append(_trigger(tokens))
             elif tokens[0] == 'failure':
                 in_body = True
-                failures.append(' '.join(tokens))
+                failures.append(_failure(tokens))
             else:
                 raise ConnectionMatrixError(
                     'unexpected %r (headers and # comments must come before '
@@ -114,48 +151,103 @@ def parse_cm(text: str) -> ConnectionMatrix:
     return matrix
 
 
+def htsim_tokens(line: str) -> list[str]:
+    """The line's tokens as htsim's tokenizer cuts them (split at every
+    single space; the one empty piece after a trailing space is dropped),
+    refusing what would reach htsim as an empty or glued token."""
+    for char, name in (('\r', 'a carriage return (CRLF line end?)'),
+                       ('\t', 'a tab')):
+        if char in line:
+            raise ConnectionMatrixError(
+                '%s: htsim separates tokens by single spaces only' % name)
+    tokens = line.split(' ')
+    if tokens[-1] == '':
+        tokens.pop()
+    if '' in tokens:
+        raise ConnectionMatrixError(
+            'a leading space or two spaces in a row: htsim reads an empty '
+            'token there and refuses it')
+    return tokens
+
+
 def _header_value(tokens: list[str]) -> int:
-    if len(tokens) != 2 or not tokens[1].isdigit():
+    if len(tokens) != 2:
         raise ConnectionMatrixError('%s needs one whole number' % tokens[0])
-    return int(tokens[1])
+    return _whole(tokens[0], tokens[1])
+
+
+def _whole(key: str, text: str) -> int:
+    """A whole number as htsim's stoi reads it into a C int."""
+    if not text.isdigit() or not text.isascii():
+        raise ConnectionMatrixError('%s %r is not a whole number'
+                                    % (key, text))
+    value = int(text)
+    if value > C_INT_MAX:
+        raise ConnectionMatrixError(
+            '%s %d is above 2^31-1: htsim reads it into a C int and aborts'
+            % (key, value))
+    return value
 
 
 def _connection(tokens: list[str]) -> CmConnection:
     match = _ENDPOINTS.match(tokens[0])
     if not match:
         raise ConnectionMatrixError('%r is not <src>-><dst>' % tokens[0])
-    values: dict[str, object] = {'src': int(match.group(1)),
-                                 'dst': int(match.group(2))}
+    values: dict[str, object] = {'src': _whole('src', match.group(1)),
+                                 'dst': _whole('dst', match.group(2))}
     rest = tokens[1:]
     while rest:
         key = rest.pop(0)
         if key == 'addon':
             values['addon'] = True
         elif key == 'msg':
-            # uet-htsim: an optional number follows; without one msg is 0
-            values['msg'] = int(rest.pop(0)) if rest and rest[0].isdigit() \
-                else 0
-        elif key in ('id', 'size', 'trigger', 'send_done_trigger',
-                     'recv_done_trigger', 'prio', 'start'):
+            values['msg'] = _msg(rest)
+        elif key in _CONNECTION_INTS or key == 'start':
             if not rest:
                 raise ConnectionMatrixError('%s needs a value' % key)
-            values['start_us' if key == 'start' else key] = _value(
-                key, rest.pop(0))
+            if key == 'trigger' and not values.get('id'):
+                raise ConnectionMatrixError(
+                    'a triggered flow needs an id, before its trigger')
+            text = rest.pop(0)
+            if key == 'start':
+                values['start_us'] = _start(text)
+            else:
+                values[key] = _whole(key, text)
         else:
             raise ConnectionMatrixError('unknown token %r' % key)
     return _checked_connection(values)
 
 
-def _value(key: str, text: str) -> float | int:
+def _msg(rest: list[str]) -> int:
+    """uet-htsim's msg: the next token is its id if it reads as one, else
+    it stands alone (0 here); a bare msg must not end the line."""
+    if not rest:
+        raise ConnectionMatrixError(
+            'a bare msg at the end of the line: htsim reads the token after '
+            'it; put msg before another token')
+    if not rest[0].isdigit():
+        return 0
+    msg = _whole('msg', rest.pop(0))
+    if msg == 0:
+        raise ConnectionMatrixError('msg id 0 is not allowed (uet-htsim); a '
+                                    'message without id is a bare msg')
+    return msg
+
+
+def _start(text: str) -> float:
     try:
-        return float(text) if key == 'start' else int(text)
+        value = float(text)
     except ValueError:
-        raise ConnectionMatrixError('%s %r is not a number' % (key, text)) \
+        raise ConnectionMatrixError('start %r is not a number' % text) \
             from None
+    if not math.isfinite(value) or value < 0:
+        raise ConnectionMatrixError('start must be a number >= 0, got %r'
+                                    % text)
+    return value
 
 
 def _checked_connection(values: dict) -> CmConnection:
-    if 'size' not in values or values['size'] <= 0:
+    if not values.get('size'):
         raise ConnectionMatrixError('a connection needs a positive size')
     if values.get('id') == 0:
         raise ConnectionMatrixError('flow id 0 is not allowed')
@@ -164,10 +256,6 @@ def _checked_connection(values: dict) -> CmConnection:
         raise ConnectionMatrixError('both start and trigger given')
     if not triggered and 'start_us' not in values:
         raise ConnectionMatrixError('no start and no trigger')
-    if triggered and not values.get('id'):
-        raise ConnectionMatrixError('a triggered flow needs an id')
-    if values.get('start_us', 0) < 0:
-        raise ConnectionMatrixError('start must be >= 0')
     return CmConnection(**values)
 
 
@@ -182,7 +270,7 @@ def _trigger(tokens: list[str]) -> CmTrigger:
         elif key in ('id', 'count'):
             if not rest:
                 raise ConnectionMatrixError('%s needs a value' % key)
-            value = int(_value(key, rest.pop(0)))
+            value = _whole(key, rest.pop(0))
             trigger_id, count = (value, count) if key == 'id' \
                 else (trigger_id, value)
         else:
@@ -195,6 +283,24 @@ def _trigger(tokens: list[str]) -> CmTrigger:
     if kind == 'barrier' and count < 1:
         raise ConnectionMatrixError('barrier %d needs count >= 1' % trigger_id)
     return CmTrigger(trigger_id, kind, count)
+
+
+def _failure(tokens: list[str]) -> str:
+    """Checked as htsim reads it, kept verbatim."""
+    rest = tokens[1:]
+    while rest:
+        key = rest.pop(0)
+        if key not in ('switch_type', 'switch_id', 'link_id'):
+            raise ConnectionMatrixError('unknown failure attribute %r' % key)
+        if not rest:
+            raise ConnectionMatrixError('%s needs a value' % key)
+        value = rest.pop(0)
+        if key == 'switch_type' and value not in FAILURE_SWITCH_TYPES:
+            raise ConnectionMatrixError('switch_type %r is not one of %s' % (
+                value, ', '.join(FAILURE_SWITCH_TYPES)))
+        if key != 'switch_type':
+            _whole(key, value)
+    return ' '.join(tokens)
 
 
 def _merge_triggers(triggers: list[CmTrigger]) -> tuple[CmTrigger, ...]:
@@ -254,21 +360,44 @@ def save_cm(matrix: ConnectionMatrix, path: str | Path) -> None:
 
 
 def _connection_line(conn: CmConnection) -> str:
+    _check_writable(conn)
     parts = ['%d->%d' % (conn.src, conn.dst)]
     if conn.id:
         parts.append('id %d' % conn.id)
+    if conn.msg is not None:
+        # Never last on the line (htsim would read past it when bare):
+        # size always follows, and a bare msg lets htsim's stoi fail on it.
+        parts.append('msg %d' % conn.msg if conn.msg else 'msg')
     if conn.start_us is not None:
         parts.append('start %s' % _number(conn.start_us))
     if conn.trigger:
         parts.append('trigger %d' % conn.trigger)
     parts.append('size %d' % conn.size)
-    for key in ('send_done_trigger', 'recv_done_trigger', 'prio', 'msg'):
+    for key in ('send_done_trigger', 'recv_done_trigger', 'prio'):
         value = getattr(conn, key)
-        if value is not None and (value or key in ('prio', 'msg')):
+        if value is not None and (value or key == 'prio'):
             parts.append('%s %d' % (key, value))
     if conn.addon:
         parts.append('addon')
     return ' '.join(parts)
+
+
+def _check_writable(conn: CmConnection) -> None:
+    """Refuse what htsim would misread or abort on, naming the flow."""
+    flow = 'flow %s (%d->%d)' % (conn.id or '?', conn.src, conn.dst)
+    if conn.size <= 0:
+        raise ConnectionMatrixError('%s: size must be positive' % flow)
+    if conn.size > C_INT_MAX:
+        raise ConnectionMatrixError(
+            '%s: size %d bytes is above htsim\'s limit of 2^31-1 (it reads '
+            'sizes into a C int and aborts): split it into smaller flows'
+            % (flow, conn.size))
+    for key in ('src', 'dst', 'id', 'trigger', 'send_done_trigger',
+                'recv_done_trigger', 'prio', 'msg'):
+        value = getattr(conn, key)
+        if value is not None and not 0 <= value <= C_INT_MAX:
+            raise ConnectionMatrixError('%s: %s %d is outside htsim\'s '
+                                        '0..2^31-1' % (flow, key, value))
 
 
 def _trigger_line(trigger: CmTrigger) -> str:

@@ -6,12 +6,14 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
 from testbed.workload.connection_matrix import (
     CmConnection, CmTrigger, ConnectionMatrix, ConnectionMatrixError,
-    host_node, load_cm, matrix_to_workload, node_host, parse_cm, save_cm,
+    host_node, htsim_tokens, load_cm, matrix_to_workload, node_host, parse_cm, save_cm,
     workload_to_matrix, write_cm)
 from testbed.workload.model import Victim, WorkloadSpec
 from testbed.workload.model import Flow, Workload
@@ -246,3 +248,115 @@ def test_connection_matrix_workload_builds_from_its_spec():
     workload = build_workload(spec, fattree().hosts, fattree())
     assert workload == matrix_to_workload(matrix)
     assert isinstance(matrix, ConnectionMatrix)
+
+
+# -- htsim's lexical rules (its ConnectionMatrix::load, see the module doc) -------
+
+HEAD = 'Nodes 4\nConnections 1\n'
+
+
+@pytest.mark.parametrize('line,words', [
+    ('0->1\tid 1 start 0 size 5', 'a tab'),
+    ('0->1 id 1  start 0 size 5', 'two spaces in a row'),
+    (' 0->1 id 1 start 0 size 5', 'leading space'),
+    ('0->1 id 1 start 0 size 5  ', 'two spaces in a row'),
+    ('0->1 id 1 start 0 size 5\r', 'carriage return'),
+    ('0->1 id 1 start 0 size 2147483648', 'above 2\\^31-1'),
+    ('0->1 id 1 start 0 size +5', "size '\\+5' is not a whole number"),
+    ('0->1 id 1 start 0 size 5 msg 0', 'msg id 0'),
+    ('0->1 id 1 start 0 size 5 msg', 'bare msg at the end'),
+    ('0->1 trigger 1 id 1 size 5', 'needs an id, before its trigger'),
+    ('0->1 id 1 start nan size 5', 'start must be a number >= 0'),
+])
+def test_refuses_what_htsim_lexer_refuses(line, words):
+    with pytest.raises(ConnectionMatrixError, match='line 3: .*' + words):
+        parse_cm(HEAD + line + '\n')
+
+
+def test_refuses_header_lines_htsim_would_skip_unread():
+    # htsim ignores an unknown header line, so "Nodes" below would be lost
+    for header in ('\tNodes 4', ' Nodes 4', 'Nodes  4', 'Flows 4'):
+        with pytest.raises(ConnectionMatrixError, match='line 1: '):
+            parse_cm(header + '\nConnections 1\n0->1 start 0 size 5\n')
+
+
+def test_takes_what_htsim_takes():
+    # one trailing space, tabs inside a header comment, blank lines, a bare
+    # msg followed by another token (htsim's stoi fails on it: no msg id)
+    text = ('#\tcomment\n\nNodes 4\nConnections 2\n\n'
+            '0->1 id 1 msg start 0 size 5 \n'
+            '1->2 id 2 msg 9 start 0 size 2147483647\n')
+    first, second = parse_cm(text).connections
+    assert (first.msg, second.msg, second.size) == (0, 9, 2**31 - 1)
+
+
+def test_refuses_failure_lines_htsim_refuses():
+    base = 'Nodes 4\nConnections 1\nFailures 1\n0->1 start 0 size 5\n'
+    ok = parse_cm(base + 'failure switch_type AGG switch_id 0 link_id 1\n')
+    assert ok.failures == ('failure switch_type AGG switch_id 0 link_id 1',)
+    for bad, words in (('failure switch_type SPINE', 'TOR, AGG, CORE'),
+                       ('failure port 3', 'unknown failure attribute'),
+                       ('failure switch_id', 'needs a value')):
+        with pytest.raises(ConnectionMatrixError, match=words):
+            parse_cm(base + bad + '\n')
+
+
+def test_writer_writes_a_bare_msg_bare_and_never_last():
+    matrix = ConnectionMatrix(4, (
+        CmConnection(0, 1, 5, 1, 0.0, msg=0),
+        CmConnection(1, 2, 5, 2, 0.0, msg=3, addon=True)))
+    lines = write_cm(matrix).splitlines()
+    assert lines[2:] == ['0->1 id 1 msg start 0 size 5',
+                         '1->2 id 2 msg 3 start 0 size 5 addon']
+    assert parse_cm(write_cm(matrix)) == matrix
+
+
+@pytest.mark.parametrize('conn,words', [
+    (CmConnection(0, 1, 2**31, 7, 0.0), r'flow 7 \(0->1\): size 2147483648 '
+                                        r'bytes is above htsim.*split it'),
+    (CmConnection(0, 1, 5, 2**31, 0.0), r'id 2147483648 is outside'),
+    (CmConnection(0, 1, 0, 1, 0.0), 'size must be positive'),
+])
+def test_writer_refuses_what_htsim_cannot_take(conn, words):
+    with pytest.raises(ConnectionMatrixError, match=words):
+        write_cm(ConnectionMatrix(4, (conn,)))
+
+
+def test_writer_refuses_a_workload_flow_above_htsims_size_limit():
+    big = Workload('custom', ((Flow(1, 'h1', 'h2', 3_000_000_000),),),
+                   (range(1),))
+    with pytest.raises(ConnectionMatrixError, match='split it'):
+        write_cm(workload_to_matrix(big))
+
+
+@pytest.mark.parametrize('path', sorted((ROOT / 'scenarios/matrices')
+                                        .glob('*.cm')), ids=lambda p: p.name)
+def test_shipped_matrices_round_trip_under_htsims_rules(path):
+    matrix = load_cm(path)
+    text = write_cm(matrix)
+    for line in text.splitlines():
+        assert ' '.join(htsim_tokens(line)) == line   # single spaces only
+    assert parse_cm(text) == matrix
+
+
+_ids = st.integers(1, 2**31 - 1)
+_connections = st.builds(
+    CmConnection, src=st.integers(0, 15), dst=st.integers(0, 15),
+    size=st.integers(1, 2**31 - 1), id=_ids,
+    start_us=st.one_of(st.integers(0, 10**9).map(float),
+                       st.floats(0, 1e9, allow_nan=False)),
+    prio=st.one_of(st.none(), st.integers(0, 2**31 - 1)),
+    msg=st.one_of(st.none(), st.integers(0, 2**31 - 1)),
+    addon=st.booleans())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_connections, min_size=1, max_size=5))
+def test_any_writable_matrix_reads_back_equal(connections):
+    matrix = ConnectionMatrix(16, tuple(connections))
+    text = write_cm(matrix)
+    for line in text.splitlines():
+        tokens = htsim_tokens(line)
+        assert tokens[-1] != 'msg'
+        assert all(int(t) <= 2**31 - 1 for t in tokens if t.isdigit())
+    assert parse_cm(text) == matrix

@@ -1,8 +1,12 @@
 """The Topo classes: shape, names, plane separation (no root needed)."""
+from pathlib import Path
+
 import pytest
 
 from testbed.topologies.fattree import MultiPlaneFatTree
 from testbed.topologies.leafspine import MultiPlaneLeafSpine
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def plane_of(topo, switch):
@@ -65,3 +69,28 @@ def test_bw_uses_tclink():
     topo = MultiPlaneLeafSpine(planes=1, bw=20)
     for _a, _b, info in topo.links(withInfo=True):
         assert info['bw'] == 20.0 and info['cls'].__name__ == 'TCLink'
+
+
+@pytest.mark.parametrize('name,args,kwargs,spec', [
+    ('fattree', (), {'k': 4, 'planes': 2}, 'fattree,k=4,planes=2'),
+    ('fattree', (6,), {'bw': 20.0}, 'fattree,k=6,bw=20.0'),
+    ('leafspine', (2, 1, 1, 2), {}, 'leafspine,leaves=2,spines=1,hosts=1,planes=2'),
+])
+def test_a_topology_file_is_a_mininet_custom_file(monkeypatch, name, args,
+                                                  kwargs, spec):
+    # As `mn --custom FILE` loads it: exec'd into a bare dict, no __file__,
+    # from the repository's root with a relative name.
+    from testbed.topologies import stock_mn
+    from testbed.fabric.topo_spec import parse_topo_spec
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(stock_mn._Built, 'spec', None)
+    path = 'testbed/topologies/%s.py' % name
+    customs: dict = {}
+    exec(compile(open(path).read(), path, 'exec'), customs, customs)
+    assert customs['controllers'] == {'mrc': stock_mn.MrcController}
+    assert customs['hosts'] == {'mrc': stock_mn.MrcHost}
+    topo = customs['topos'][name](*args, **kwargs)
+    # what the controller and the hosts will plan from: the topology built
+    assert stock_mn._Built.spec == spec
+    assert sorted(parse_topo_spec(spec).build().links()) == \
+        sorted(topo.links())
