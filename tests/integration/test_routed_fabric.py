@@ -7,8 +7,9 @@ import time
 
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.fabric.netns import inside
-from testbed.fabric.verify import verify_fabric
+from testbed.fabric.verify import REVALIDATE_S, verify_fabric
 from testbed.kernel.transports import KernelTransports
+from testbed.nic.retry_timer import time_to_error
 from testbed.workload.endpoint_flows import EndpointFlows
 
 # Two leaves, four spines, one plane: every leaf-to-leaf flow has four
@@ -20,10 +21,14 @@ PACKETS_PER_PORT = 5
 DELAY_S = 1.0
 # After the delay the controller sends its group mods at once; OVS then
 # revalidates the datapath flows that use the group, at the latest after its
-# max-revalidator interval (500 ms by default): the repaired route carries
-# traffic within DELAY_S + REVALIDATE_S (+ one send interval) of the report.
-REVALIDATE_S = 0.5
+# max-revalidator interval (REVALIDATE_S, 500 ms by default): the repaired
+# route carries traffic within DELAY_S + REVALIDATE_S (+ one send interval)
+# of the report.
 SEND_INTERVAL_S = 0.005
+RC_BYTES = 2 << 20
+# Longer than the RC QP's retry budget on this timescale (asserted in the
+# test from the QP's own timer): the repair comes after the QP gave up.
+LONG_DELAY_S = 60.0
 
 
 def tx_packets(intf: str) -> int:
@@ -142,35 +147,68 @@ def test_a_failed_link_is_routed_around_after_the_convergence_delay(fabric_facto
         injector.restore_all()
 
 
-def test_an_rc_qp_on_the_routed_fabric_survives_a_failure_shorter_than_its_retry_budget(
-        fabric_factory):
-    # Convergence (1 s) well inside RC's retry budget on this timescale
-    # (7 linear + 3 exponential retries from 0.2 s: over 4 s without progress).
-    fab = fabric_factory(SPEC, convergence_delay_s=DELAY_S)
+def start_rc_and_fail_its_link(fab) -> tuple[EndpointFlows, FaultInjector, float]:
+    """An RC write from SRC to DST on the routed fabric; once a quarter is
+    through, the one uplink its packets take goes down. Returns the driver,
+    the injector and the time of the fault."""
     driver = EndpointFlows(fab, 'rc', seed=3, fabric_mode='routed')
-    size = 2 << 20
     injector = FaultInjector(fab)
+    links = uplinks(fab)
+    before = {spine: tx_packets(i) for spine, i in links.items()}
+    driver.prepare([(SRC, DST, RC_BYTES)])
+    driver.start(0, SRC, DST, RC_BYTES)
+    while driver.status(0) == 'running' and driver.delivered(0) < RC_BYTES // 4:
+        driver.poll()
+    # The QP's packets all take one spine (its UDP source port hashes to
+    # one bucket): fail that link under the running write.
+    sent = {spine: tx_packets(i) - before[spine] for spine, i in links.items()}
+    used = max(sent, key=sent.get)
+    assert sorted(sent.values())[-2] < sent[used] // 10, sent
+    injector.apply('link_down', a=fab.plan.host_ports[(SRC, 1)].switch, b=used)
+    return driver, injector, time.monotonic()
+
+
+def finish(driver: EndpointFlows, limit_s: float) -> None:
+    t0 = time.monotonic()
+    while driver.status(0) == 'running':
+        assert time.monotonic() - t0 < limit_s
+        driver.poll()
+
+
+def retry_budget_s(driver: EndpointFlows) -> float:
+    """Seconds from the last progress to the QP error on a dead path."""
+    timer = driver.connections[(SRC, DST)].requester.retry
+    return time_to_error(timer.base_s, timer.retry)
+
+
+def test_an_rc_qp_survives_a_convergence_shorter_than_its_retry_budget(
+        fabric_factory):
+    fab = fabric_factory(SPEC, convergence_delay_s=DELAY_S)
+    driver, injector, _ = start_rc_and_fail_its_link(fab)
     try:
-        links = uplinks(fab)
-        before = {spine: tx_packets(i) for spine, i in links.items()}
-        driver.prepare([(SRC, DST, size)])
-        driver.start(0, SRC, DST, size)
-        t0 = time.monotonic()
-        while driver.status(0) == 'running' and driver.delivered(0) < size // 4:
-            driver.poll()
-        # The QP's packets all take one spine (its UDP source port hashes
-        # to one bucket): fail that link under the running write.
-        sent = {spine: tx_packets(i) - before[spine] for spine, i in links.items()}
-        used = max(sent, key=sent.get)
-        assert sorted(sent.values())[-2] < sent[used] // 10, sent
-        injector.apply('link_down', a=fab.plan.host_ports[(SRC, 1)].switch, b=used)
-        while driver.status(0) == 'running':
-            assert time.monotonic() - t0 < 120
-            driver.poll()
+        assert retry_budget_s(driver) > DELAY_S + REVALIDATE_S
+        finish(driver, 120)
         assert driver.status(0) == 'done', driver.error(0)
         assert driver.corrupt_bytes(0) == 0
-        moved = [e for e in fab.routing_events() if e['event'] == 'group_change']
-        assert moved
+        assert [e for e in fab.routing_events() if e['event'] == 'group_change']
+    finally:
+        injector.restore_all()
+        driver.close()
+
+
+def test_an_rc_qp_errors_when_convergence_outlasts_its_retry_budget(
+        fabric_factory):
+    fab = fabric_factory(SPEC, convergence_delay_s=LONG_DELAY_S)
+    driver, injector, t_fault = start_rc_and_fail_its_link(fab)
+    try:
+        budget = retry_budget_s(driver)
+        assert budget < LONG_DELAY_S
+        finish(driver, LONG_DELAY_S)
+        assert driver.status(0) == 'failed'
+        assert 'retry' in driver.error(0)
+        # It gave up once its budget was spent, long before any repair.
+        assert time.monotonic() - t_fault < LONG_DELAY_S
+        assert not [e for e in fab.routing_events() if e['event'] == 'group_change']
     finally:
         injector.restore_all()
         driver.close()
