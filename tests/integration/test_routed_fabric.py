@@ -177,7 +177,7 @@ def finish(driver: EndpointFlows, limit_s: float) -> None:
 
 def retry_budget_s(driver: EndpointFlows) -> float:
     """Seconds from the last progress to the QP error on a dead path."""
-    timer = driver.connections[(SRC, DST)].requester.retry
+    timer = driver.connections[(SRC, DST)].requester.requester.retry
     return time_to_error(timer.base_s, timer.retry)
 
 
