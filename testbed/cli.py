@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument('--down', action='append', default=[],
                         metavar='A-B', help='take this link down first '
                         '(repeatable), e.g. p1a0x0-p1c0')
+    verify.add_argument('--fabric', choices=('srv6', 'routed'), default='srv6',
+                        help="the fabric mode to probe: MRC's uSID paths, or "
+                        'routed flows (one per ECMP choice)')
     verify.add_argument('--json', action='store_true')
     verify.set_defaults(func=cmd_verify)
     run = sub.add_parser('run', help='run a scenario file and write '
@@ -171,7 +174,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not args.json:
         _progress('building %s ...' % spec)
     try:
-        report = verify(spec, down)
+        report = verify(spec, down, args.fabric)
     except FabricError as err:
         return _usage_error(str(err))
     if args.json:
@@ -192,6 +195,7 @@ def _link_arg(text: str) -> tuple[str, str]:
 def _print_verify(report) -> None:
     t = report.timings
     print('topology       %s (%s datapath)' % (report.topo, report.datapath))
+    print('fabric mode    %s' % report.fabric)
     print('host pairs     %d' % report.pairs)
     print('paths          %d ok of %d (%d probes sent)' % (
         report.paths_ok, report.paths_total, report.probes_sent))

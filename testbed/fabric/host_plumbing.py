@@ -3,13 +3,18 @@
 Per NIC port (one per plane): the plan's MAC and address, an End.DT6 SID so
 the kernel decapsulates carriers addressed to this port into the local table
 (table 254 does not deliver to local addresses; 255 does), a route for the
-plane's uSID block through a static gateway neighbour on that port, seg6 and
+plane's uSID block through a static gateway neighbour on that port, a route
+for the plane's host prefix through the same gateway (the routed fabric mode:
+plain IPv6 to a peer goes to the first switch, which routes it; the address
+gets no on-link prefix route, or the kernel would look for peers by neighbour
+discovery, which no switch answers), seg6 and
 forwarding sysctls, and TX checksum offload off (with the userspace OVS
 datapath, offloaded checksums are never filled in and TCP stalls).
 """
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import fcntl
 import socket
 import struct
@@ -24,6 +29,9 @@ SIOCETHTOOL = 0x8946
 ETHTOOL_STXCSUM = 0x17
 RT_TABLE_LOCAL = 255
 NUD_PERMANENT = 0x80
+IFA_F_NODAD = 0x02
+IFA_F_NOPREFIXROUTE = 0x200
+HOST_PREFIX_LEN = 64
 
 # Set as the namespace's defaults before its ports exist, so that ports come
 # up as routers with no DAD, router solicitation or late multicast-listener
@@ -60,15 +68,22 @@ def plumb_host(pid: int, ports: list[HostPort]) -> None:
 def _plumb_port(ipr: IPRoute, port: HostPort) -> None:
     idx = ipr.link_lookup(ifname=port.intf)[0]
     ipr.link('set', index=idx, address=port.mac, state='up')
-    ipr.addr('add', index=idx, address=port.address, prefixlen=64,
-             flags=0x02)  # IFA_F_NODAD
+    ipr.addr('add', index=idx, address=port.address, prefixlen=HOST_PREFIX_LEN,
+             flags=IFA_F_NODAD | IFA_F_NOPREFIXROUTE)
     ipr.neigh('add', dst=GATEWAY_LL, lladdr=GATEWAY_MAC, ifindex=idx,
               state=NUD_PERMANENT)
     ipr.route('add', dst='%s/32' % _block_prefix(port.plane),
               gateway=GATEWAY_LL, oif=idx)
+    ipr.route('add', dst=host_prefix(port), gateway=GATEWAY_LL, oif=idx)
     ipr.route('add', dst='%s/48' % port.sid, oif=idx, encap={
         'type': 'seg6local', 'action': 'End.DT6', 'table': RT_TABLE_LOCAL})
     tx_checksum_off(port.intf)
+
+
+def host_prefix(port: HostPort) -> str:
+    """The plane's host prefix, which the routed fabric routes."""
+    return str(ipaddress.IPv6Network('%s/%d' % (port.address, HOST_PREFIX_LEN),
+                                     strict=False))
 
 
 def _block_prefix(plane: int) -> str:

@@ -1,5 +1,9 @@
-"""FabricNet: a multi-plane fabric of OVS bridges, its uSID controller and
+"""FabricNet: a multi-plane fabric of OVS bridges, its controller and
 SRv6-plumbed hosts, built in one call and torn down fast.
+
+Every bridge carries both fabric modes (`testbed.controller.usid_app`):
+MRC's static uSID tables, and destination routes with ECMP groups that the
+controller repairs after `convergence_delay_s` when a link goes down.
 
 Mininet builds the nodes and links. Everything else is ours: the os-ken
 controller runs as a child process on 127.0.0.1, host plumbing is done
@@ -29,6 +33,7 @@ from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
 from testbed.fabric import ovs, signals, verbosity
+from testbed.fabric.convergence import DEFAULT_CONVERGENCE_DELAY_S
 from testbed.fabric.features import ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.probe import PathProber
@@ -70,8 +75,13 @@ class FabricNet:
     """Build with `start()` (or `with FabricNet(spec) as fab:`), then use
     `fab.net` (the Mininet object), `fab.plan` and `fab.timings`."""
 
-    def __init__(self, spec: TopoSpec, datapath: str | None = None) -> None:
+    def __init__(self, spec: TopoSpec, datapath: str | None = None,
+                 convergence_delay_s: float = DEFAULT_CONVERGENCE_DELAY_S) -> None:
         self.spec = spec
+        if not convergence_delay_s >= 0:
+            raise FabricError('convergence delay must be >= 0 s, got %r'
+                              % (convergence_delay_s,))
+        self.convergence_delay_s = float(convergence_delay_s)
         self.datapath = datapath or ovs_datapath()
         # Before the run lock, OVS or any namespace: a link option the
         # kernel cannot apply is refused, not left to TCLink's logged errors.
@@ -116,8 +126,10 @@ class FabricNet:
         ovs.ensure_running()
         t0 = time.monotonic()
         port = self._start_controller()
+        # OpenFlow 1.5 for the controller (its select groups need it:
+        # testbed.controller.ofp_groups), 1.3 for ovs-ofctl readers.
         switch = partial(ovs.FabricSwitch, datapath=self.datapath, failMode='secure',
-                         protocols='OpenFlow13', batch=True)
+                         protocols='OpenFlow13,OpenFlow15', batch=True)
         # build=False: self.net exists before any node does, so stop() can
         # tear down a network whose build failed half way.
         self.net = Mininet(topo=self.topo, switch=switch, host=FabricHost,
@@ -222,11 +234,27 @@ class FabricNet:
         log = open(self.workdir / 'controller.log', 'w')
         self.controller = subprocess.Popen(
             [sys.executable, '-m', 'testbed.controller', '--plan', str(plan_file),
-             '--port', str(port), '--ready', str(self.workdir / 'ready.json')],
+             '--port', str(port), '--ready', str(self.workdir / 'ready.json'),
+             '--convergence-delay', repr(self.convergence_delay_s),
+             '--routing-log', str(self.routing_log)],
             cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         _wait_listening(port, self.controller)
         return port
+
+    @property
+    def routing_log(self) -> Path:
+        """The controller's JSON lines: every port-status it heard and every
+        routed group it changed (gone once the fabric stops)."""
+        assert self.workdir is not None
+        return self.workdir / 'routing.jsonl'
+
+    def routing_events(self) -> list[dict]:
+        """What the controller logged so far."""
+        if self.workdir is None or not self.routing_log.exists():
+            return []
+        return [json.loads(line) for line in
+                self.routing_log.read_text().splitlines() if line.strip()]
 
     def _wait_flows(self) -> None:
         want = {s.dpid for s in self.plan.switches.values()}

@@ -2,6 +2,10 @@
 source host's namespace to the path's uSID carrier and received by a UDP
 socket inside the destination host's namespace. All in this process: a
 socket keeps the namespace it was created in.
+
+On the routed fabric mode a "path" is an ECMP choice (`routed_choices`): its
+carrier is the destination's own address, and its probe goes as plain IPv6
+with a UDP source port of its own, which the switches hash.
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ from testbed.fabric.usid_plan import FabricPlan, Path
 PROBE_PORT = 4790           # not 4791: probes must never reach an MRC agent
 UDP_NO_CHECK6_RX = 102      # accept the zero UDP checksum of our inner packets
 IPPROTO_IPV6_IN_IPV6 = 41
+IPPROTO_RAW = 255           # plain IPv6, the header as written
+ROUTED_SPORT_BASE = 0xC000  # routed probes' source ports, as RoCEv2's
 BATCH = 64                  # probes in flight at once: the userspace datapath
                             # drops bursts far larger than its socket buffers
 QUIET_S = 0.02              # a batch is done when nothing arrived for this long
@@ -34,15 +40,18 @@ class PathProber:
     def __init__(self, plan: FabricPlan, host_pids: dict[str, int]) -> None:
         self.plan = plan
         self.raw: dict[str, socket.socket] = {}
+        self.plain: dict[str, socket.socket] = {}
         self.rx: dict[str, socket.socket] = {}
         for host, pid in host_pids.items():
             with inside(pid):
                 self.raw[host] = socket.socket(
                     socket.AF_INET6, socket.SOCK_RAW, IPPROTO_IPV6_IN_IPV6)
+                self.plain[host] = socket.socket(
+                    socket.AF_INET6, socket.SOCK_RAW, IPPROTO_RAW)
                 self.rx[host] = _udp_listener()
 
     def close(self) -> None:
-        for s in list(self.raw.values()) + list(self.rx.values()):
+        for s in [*self.raw.values(), *self.plain.values(), *self.rx.values()]:
             s.close()
 
     def probe(self, paths: list[Path], tries: int = 3,
@@ -68,9 +77,13 @@ class PathProber:
     def _send(self, index: int, path: Path) -> None:
         src = self.plan.host_ports[(path.src, path.plane)].address
         dst = self.plan.host_ports[(path.dst, path.plane)].address
-        packet = inner_udp(src, dst, PROBE_PORT, struct.pack('!I', index))
+        routed = path.carrier == dst
+        packet = inner_udp(src, dst, PROBE_PORT, struct.pack('!I', index),
+                           sport=ROUTED_SPORT_BASE + index % 0x4000 if routed
+                           else PROBE_PORT)
+        sock = self.plain if routed else self.raw
         try:
-            self.raw[path.src].sendto(packet, (path.carrier, 0))
+            sock[path.src].sendto(packet, (path.carrier, 0))
         except OSError:
             pass   # refused at the sender's own port (down, full): lost
 
@@ -115,6 +128,15 @@ def inner_udp(src: str, dst: str, dport: int, payload: bytes,
                       socket.inet_pton(socket.AF_INET6, src),
                       socket.inet_pton(socket.AF_INET6, dst))
     return ip6 + struct.pack('!HHHH', sport, dport, length, 0) + payload
+
+
+def routed_choices(plan: FabricPlan, src: str, dst: str, plane: int) -> list[Path]:
+    """The routed mode's probes of a pair on a plane: one per equal-cost
+    path of the plan, each its own flow (source port) to the destination's
+    address; which path each takes is the switches' hash."""
+    address = plan.host_ports[(dst, plane)].address
+    return [Path(plane, src, dst, (), address)
+            for _ in plan.paths(src, dst, plane)]
 
 
 def all_pairs(hosts: Iterable[str]) -> list[tuple[str, str]]:

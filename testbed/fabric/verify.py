@@ -1,5 +1,8 @@
 """`mrc-testbed verify`: build a fabric, probe every path between host
-pairs, and prove plane isolation from the switches' own packet counters."""
+pairs, and prove plane isolation from the switches' own packet counters.
+`fabric='routed'` probes the routed mode instead: as many flows per pair
+and plane as it has equal-cost paths, each with its own UDP source port
+(`probe.routed_choices`); with links down, after the routes converged."""
 from __future__ import annotations
 
 import re
@@ -9,7 +12,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from testbed.fabric.net import FabricNet
-from testbed.fabric.probe import PathProber, all_pairs, sample_pairs
+from testbed.fabric.probe import (PathProber, all_pairs, routed_choices,
+                                  sample_pairs)
 from testbed.fabric.topo_spec import TopoSpec
 from testbed.fabric.usid_plan import FabricPlan, Path
 
@@ -21,6 +25,7 @@ class VerifyReport:
     topo: str
     datapath: str
     pairs: int
+    fabric: str
     paths_total: int
     paths_ok: int
     probes_sent: int
@@ -45,7 +50,8 @@ def host_pairs(plan: FabricPlan) -> list[tuple[str, str]]:
 
 
 def verify_fabric(fab: FabricNet, pairs: list[tuple[str, str]] | None = None,
-                  down_links: list[tuple[str, str]] = ()) -> VerifyReport:
+                  down_links: list[tuple[str, str]] = (),
+                  fabric: str = 'srv6') -> VerifyReport:
     """Probe a running fabric, one plane at a time so that every switch's
     counters can show whether another plane's packets reached it."""
     plan = fab.plan
@@ -57,7 +63,8 @@ def verify_fabric(fab: FabricNet, pairs: list[tuple[str, str]] | None = None,
     t0 = time.monotonic()
     try:
         for plane in plan.planes:
-            paths = [p for a, b in pairs for p in plan.paths(a, b, plane)]
+            choices = routed_choices if fabric == 'routed' else FabricPlan.paths
+            paths = [p for a, b in pairs for p in choices(plan, a, b, plane)]
             before = wait_quiet()
             result = prober.probe(paths)
             leaks += plane_leaks(plan, plane, before, switch_rx_packets())
@@ -68,6 +75,7 @@ def verify_fabric(fab: FabricNet, pairs: list[tuple[str, str]] | None = None,
         prober.close()
     return VerifyReport(
         topo=str(fab.spec), datapath=fab.datapath, pairs=len(pairs),
+        fabric=fabric,
         paths_total=total, paths_ok=total - len(failed), probes_sent=sent,
         isolation_ok=not leaks, isolation_leaks=leaks,
         failed_paths=[asdict(p) for p in failed],
@@ -75,13 +83,20 @@ def verify_fabric(fab: FabricNet, pairs: list[tuple[str, str]] | None = None,
         timings=dict(fab.timings, probe_s=time.monotonic() - t0))
 
 
-def verify(spec: TopoSpec, down_links: list[tuple[str, str]] = ()
-           ) -> VerifyReport:
+# After the last group change OVS revalidates its datapath flows within its
+# max-revalidator interval (500 ms by default).
+REVALIDATE_S = 0.5
+
+
+def verify(spec: TopoSpec, down_links: list[tuple[str, str]] = (),
+           fabric: str = 'srv6') -> VerifyReport:
     fab = FabricNet(spec)
     with fab:
         for a, b in down_links:
             fab.set_link(a, b, up=False)
-        report = verify_fabric(fab, down_links=down_links)
+        if down_links and fabric == 'routed':
+            time.sleep(fab.convergence_delay_s + REVALIDATE_S)
+        report = verify_fabric(fab, down_links=down_links, fabric=fabric)
     report.timings['teardown_s'] = fab.timings['teardown_s']
     return report
 

@@ -11,10 +11,11 @@ POLL_WAIT_S = 0.001
 
 
 class KernelFlows:
-    def __init__(self, fab: FabricNet, transport: str, seed: int = 0) -> None:
+    def __init__(self, fab: FabricNet, transport: str, seed: int = 0,
+                 fabric_mode: str = 'srv6') -> None:
         # `seed` for the driver interface: the kernel picks its own ports.
         self.transport = transport
-        self.kernel = KernelTransports(fab)
+        self.kernel = KernelTransports(fab, routed=fabric_mode == 'routed')
         self.handles: dict[int, FlowHandle] = {}
 
     def prepare(self, flows: list[tuple[str, str, int]]) -> None:

@@ -219,11 +219,16 @@ class KernelTransports:
     """
 
     def __init__(self, fab: Fabric, congestion: str | None = None,
-                 seg6_mode: str = 'encap') -> None:
+                 seg6_mode: str = 'encap', routed: bool = False) -> None:
         """`congestion`: TCP congestion control for every flow (default:
         the namespace's). `seg6_mode`: `encap` (outer IPv6 + an SRH holding
         the carrier) or `encap.red` (reduced: no SRH for one segment, plain
-        IPv6-in-IPv6 like the MRC endpoint's packets, 24 bytes less)."""
+        IPv6-in-IPv6 like the MRC endpoint's packets, 24 bytes less).
+        `routed`: TCP on the routed fabric mode, plain IPv6 with no seg6
+        route; the hashed path then only names the plane (the destination
+        address the flow connects to), the switches' ECMP picks the rest.
+        MPTCP needs a peer address per plane for that and stays on SRv6."""
+        self.routed = routed
         if seg6_mode not in SEG6_MODES:
             raise KernelTransportError('seg6_mode must be one of %s'
                                        % (SEG6_MODES,))
@@ -260,6 +265,7 @@ class KernelTransports:
         TCP congestion control (default: the namespace's)."""
         self._check(src, dst, size_bytes, transport, path, plane_paths,
                     initial_plane)
+        self._check_routed(transport)
         now = time.monotonic() if now is None else now
         handle = FlowHandle(len(self.flows), src, dst, size_bytes, transport,
                             now)
@@ -278,6 +284,11 @@ class KernelTransports:
         self.flows.append(handle)
         self._io[handle.flow_id] = io
         return handle
+
+    def _check_routed(self, transport: str) -> None:
+        if self.routed and transport != 'tcp':
+            raise KernelTransportError('%s runs on the srv6 fabric mode only '
+                                       '(routed: tcp)' % transport)
 
     def _check(self, src: str, dst: str, size_bytes: int, transport: str,
                path: Path | None, plane_paths: Mapping[int, Path] | None,
@@ -407,6 +418,8 @@ class KernelTransports:
 
     def _route(self, io: _FlowIO) -> None:
         h = io.handle
+        if self.routed:
+            return          # the hosts' plane routes and the switches do it
         entries = self._tcp_routes(h) if h.transport == 'tcp' else \
             self._mptcp_routes(h)
         for host, host_entries in entries.items():

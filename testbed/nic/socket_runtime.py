@@ -4,7 +4,11 @@ Each NIC has a raw IPv6-in-IPv6 socket to send on (the endpoint writes the
 inner IPv6 + UDP headers itself, with the EV in the UDP source port and flow
 label; the kernel adds the outer header addressed to the path's uSID carrier,
 whose block picks the plane's port) and one UDP socket on port 4791 to
-receive what the kernel decapsulated at the port's End.DT6 SID. Sockets keep
+receive what the kernel decapsulated at the port's End.DT6 SID. A path that
+is a host port's own address is a route, not a carrier (the routed fabric
+mode): that packet leaves as written, plain IPv6 without an outer header, on
+a raw socket that includes its header, and the switches route it by its
+destination. Sockets keep
 the network namespace they were created in, so one process can run the NICs
 of several hosts (tests, benchmarks) or just its own (an agent).
 
@@ -29,6 +33,7 @@ from testbed.nic.outgoing import Outgoing
 from testbed.nic.wire import UDP_PORT, build_inner, sport_flowlabel_to_ev
 
 IPPROTO_IPV6_IN_IPV6 = 41
+IPPROTO_RAW = 255          # an IPv6 raw socket that sends the header we wrote
 UDP_NO_CHECK6_RX = 102     # MRC carries its own CRC; the inner UDP sum is zero
 SO_SNDBUFFORCE = 32        # SO_SNDBUF beyond net.core.wmem_max (CAP_NET_ADMIN)
 TX_BUFFER_BYTES = 16 << 20
@@ -40,7 +45,8 @@ ECN_MASK = 0b11
 ECN_CE = 0b11              # RFC 3168: congestion experienced
 ECT0 = 0b10                # ... and ECN-capable transport (0)
 TX_BUDGET = 256            # packets taken from an endpoint per loop turn
-OUTER_BYTES = 40 + 14      # what the kernel adds: outer IPv6, Ethernet
+ETHERNET_BYTES = 14
+OUTER_BYTES = 40 + ETHERNET_BYTES   # what the kernel adds: outer IPv6, Ethernet
 HEADROOM_PACKETS = 2       # a pacing port holds this much beyond what is leaving...
 MIN_HEADROOM_S = 0.003     # ...and at least this: the loop wakes every IDLE_WAIT_S
 RX_BUDGET = 512
@@ -59,6 +65,9 @@ class AddressBook:
     def address(self, host: str, plane: int) -> str:
         return self._address[(host, plane)]
 
+    def addresses(self) -> frozenset[str]:
+        return frozenset(self._address.values())
+
     def owner(self, address: str) -> tuple[str, int] | None:
         return self._owner.get(socket.inet_pton(socket.AF_INET6, address))
 
@@ -68,6 +77,7 @@ class Nic:
     """One endpoint and its sockets (created in the caller's netns)."""
     endpoint: Endpoint
     tx: socket.socket = field(init=False)
+    plain: socket.socket = field(init=False)   # routed paths
     rx: socket.socket = field(init=False)
     tx_errors: int = 0
     rx_unknown_source: int = 0
@@ -95,6 +105,8 @@ class Nic:
             self.tx.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, TX_BUFFER_BYTES)
         except PermissionError:         # not root: the most an unprivileged socket gets
             self.tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, TX_BUFFER_BYTES)
+        self.plain = socket.socket(socket.AF_INET6, socket.SOCK_RAW, IPPROTO_RAW)
+        self.plain.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, TX_BUFFER_BYTES)
         self.rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.rx.setsockopt(socket.SOL_UDP, UDP_NO_CHECK6_RX, 1)
         self.rx.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO, 1)
@@ -104,6 +116,7 @@ class Nic:
 
     def close(self) -> None:
         self.tx.close()
+        self.plain.close()
         self.rx.close()
 
 
@@ -128,6 +141,7 @@ class SocketRuntime:
         may send wait in the NIC, not in the kernel's queue, where they would
         count as in flight and read as network queueing (NSCC's delay)."""
         self.book = book
+        self.routed = book.addresses()   # paths that are routes (module doc)
         self.nics: list[Nic] = []
         self.tap = tap           # sees every packet sent (tests, tracing)
         self.port_rate_bps = port_rate_bps
@@ -191,14 +205,15 @@ class SocketRuntime:
             inner = build_inner(self.book.address(me, pkt.plane),
                                 self.book.address(pkt.dst_addr, pkt.plane),
                                 pkt.ev_id, pkt.data, traffic_class=ECT0)
+            routed = pkt.path in self.routed
             try:
-                nic.tx.sendto(inner, (pkt.path, 0))
+                (nic.plain if routed else nic.tx).sendto(inner, (pkt.path, 0))
             except OSError:
                 nic.tx_errors += 1   # e.g. the NIC port is down: a lost packet
             if rate:
                 start = max(nic.port_free.get(pkt.plane, now), now)
-                nic.port_free[pkt.plane] = start + (
-                    len(inner) + OUTER_BYTES) * 8 / rate
+                nic.port_free[pkt.plane] = start + (len(inner) + (
+                    ETHERNET_BYTES if routed else OUTER_BYTES)) * 8 / rate
             if self.tap:
                 self.tap(now, nic, pkt)
         return len(out)

@@ -4,7 +4,7 @@ Every host has one NIC port per plane; port p connects to an edge switch of
 plane p, and planes share no switch, as in MRC's multi-plane fabrics.
 
     sudo mn --custom testbed/topologies/fattree.py --topo fattree,k=4,planes=2 \
-       --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow13
+       --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow15
 
 (`testbed.topologies.stock_mn` says what the mrc controller and hosts do.)
 

@@ -6,7 +6,7 @@ one NIC port per plane.
 
     sudo mn --custom testbed/topologies/leafspine.py \
        --topo leafspine,leaves=4,spines=4,hosts=2,planes=4 \
-       --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow13
+       --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow15
 
 (`testbed.topologies.stock_mn` says what the mrc controller and hosts do.)
 

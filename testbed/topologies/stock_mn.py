@@ -2,7 +2,7 @@
 files, offered the `--custom` way (their `controllers` and `hosts` dicts):
 
     sudo mn --custom testbed/topologies/fattree.py --topo fattree,k=4,planes=2 \\
-        --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow13
+        --controller mrc --host mrc --switch ovs,datapath=user,protocols=OpenFlow15
 
 `--controller mrc` runs the testbed's uSID controller
 (``python -m testbed.controller --topo SPEC``) as a child process on

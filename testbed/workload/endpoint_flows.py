@@ -11,7 +11,11 @@ The QPs' EVs come from the control plane, as in the OCP model: the EV
 planner (`testbed.mrc_ctl.ev_planner`) computes an explicit EV profile per
 pair from the fabric's plan, and each QP's EV table is that profile's array,
 expanded. The profiles, and every EV event the NICs report back through the
-planner, go to the event log.
+planner, go to the event log. On the routed fabric (`fabric_mode='routed'`,
+RC's and ECMP's default) a QP has no EVs: its one "path" per plane is the
+peer's address there, the socket runtime sends it as plain IPv6, and the
+switches' ECMP hashes its 5-tuple, whose UDP source port is the QP's flow
+entropy as in RoCEv2 (`testbed.nic.routes.rocev2_source_port`).
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ class Connection:
     requester: QueuePair
     responder: QueuePair
     region: MemoryRegion
-    evs: PairEvs                  # the requester's EV profile
+    evs: PairEvs | None           # the requester's EV profile (SRv6 only)
 
 
 @dataclass
@@ -66,13 +70,14 @@ class EndpointFlows:
     """Start flows, advance the loop, read progress at any time."""
 
     def __init__(self, fab: FabricNet, transport: str, seed: int,
-                 cc: str | None = None,
+                 fabric_mode: str = 'srv6', cc: str | None = None,
                  timescale: EmulatedTime | None = None) -> None:
         """`cc`: the QPs' congestion control (None: the transport's);
         `timescale`: the hardware profile the fabric stands for (its delay
         stage and base RTT), None for the fabric's own RTT."""
         self.fab = fab
         self.transport = transport
+        self.routed = fabric_mode == 'routed'
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
         self.runtime = SocketRuntime(
@@ -125,14 +130,24 @@ class EndpointFlows:
             largest[(src, dst)] = max(size, largest.get((src, dst), 0))
         for (src, dst), size in largest.items():
             a, b = self._endpoint(src), self._endpoint(dst)
-            forward, reverse = self._profile(src, dst), self._profile(dst, src)
-            table = forward.table_config(self.profile.ev_table,
-                                         self.profile.ev_table.active_count)
-            qa, qb = connect(a, b, forward.ev_array_by_plane(),
-                             reverse.ev_array_by_plane(), self.transport,
-                             replace(self.profile, ev_table=table))
+            if self.routed:
+                forward = None
+                qa, qb = connect(a, b, self._routes_to(dst), self._routes_to(src),
+                                 self.transport, self.profile)
+            else:
+                forward, reverse = self._profile(src, dst), self._profile(dst, src)
+                table = forward.table_config(self.profile.ev_table,
+                                             self.profile.ev_table.active_count)
+                qa, qb = connect(a, b, forward.ev_array_by_plane(),
+                                 reverse.ev_array_by_plane(), self.transport,
+                                 replace(self.profile, ev_table=table))
             self.connections[(src, dst)] = Connection(
                 qa, qb, b.register_mr(bytearray(size)), forward)
+
+    def _routes_to(self, host: str) -> dict[int, list[str]]:
+        """The routed fabric's one route per plane: the host's address."""
+        return {plane: [self.book.address(host, plane)]
+                for plane in self.fab.plan.planes}
 
     def start(self, flow_id: int, src: str, dst: str, size: int) -> dict:
         """Returns what the flow runs on (for the event log)."""
@@ -195,7 +210,7 @@ class EndpointFlows:
         out, self._profile_events = self._profile_events, []
         for (src, dst), conn in self.connections.items():
             table = conn.requester.ev_table
-            for e in table.poll_events() if table else ():
+            for e in table.poll_events() if table and conn.evs else ():
                 out.append({'time': e.time, 'event': 'ev_state', 'src': src,
                             'dst': dst, 'ev_id': e.ev_id, 'plane': e.plane,
                             'path': str(e.path), 'old': str(e.old_state),

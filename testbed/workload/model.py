@@ -203,6 +203,8 @@ class Scenario:
     workload: WorkloadSpec
     faults: tuple[Fault, ...]           # in file order
     duration_s: float
+    fabric_modes: tuple[tuple[str, str], ...] = ()   # overrides, by transport
+    convergence_delay_s: float | None = None          # None: the fabric's default
     seed: int = 1
     repetitions: int = 1
     source_path: str = ''
@@ -218,6 +220,10 @@ class Scenario:
         else the transport's default; None for the kernel's transports."""
         chosen = dict(self.cc)
         return chosen.get(transport, DEFAULT_CC.get(transport))
+
+    def fabric_mode(self, transport: str) -> str | None:
+        """The scenario's fabric mode for a transport; None: its default."""
+        return dict(self.fabric_modes).get(transport)
 
     def quick_version(self) -> 'Scenario':
         """The `quick` overrides applied (already validated at load); the

@@ -1,13 +1,14 @@
 """report.md and the summary table printed at the end of a run."""
 from __future__ import annotations
 
-COLUMNS = [('CC', 'congestion_control', '%s'),
+COLUMNS = [('fabric', None, None), ('CC', 'congestion_control', '%s'),
            ('goodput Mbit/s', 'goodput_mbps', '%.1f'),
            ('flows done', None, None),
            ('corrupt B', 'bytes_corrupted', '%d'),
            ('p50 s', 'p50', '%.3f'), ('p99 s', 'p99', '%.3f'),
            ('rtx MB', 'retransmitted_bytes', None),
            ('recovery s', None, None),
+           ('routes moved s', None, None),
            ('Jain planes', 'jain_planes', '%.3f'),
            ('Jain paths', 'jain_paths', '%.3f'),
            ('result', None, None)]
@@ -24,6 +25,14 @@ def _cell(name: str, m: dict) -> str:
                          for v in values) or '-'
     if name == 'result':
         return _verdict(m)
+    if name == 'fabric':
+        delay = m.get('convergence_delay_s')
+        return m.get('fabric', '-') + ('' if delay is None
+                                        else ' (converges %.2f s)' % delay)
+    if name == 'routes moved s':
+        moved = m.get('routes_moved', [])
+        return ', '.join('-' if r['after_s'] is None else '+%.2f' % r['after_s']
+                         for r in moved) or '-'
     key, fmt = next((k, f) for n, k, f in COLUMNS if n == name)
     if key in ('p50', 'p99'):
         value = m['step_%s_s' % key]
@@ -73,7 +82,11 @@ def markdown(scenario, summary: dict[str, dict], plots: list[str],
               'in the second before (a fault that takes an eighth of the paths '
               'leaves seven eighths); "never" = not before the next fault or '
               'the workload\'s tail. p50/p99 are training-step times for '
-              'collectives, flow completion times otherwise.', '']
+              'collectives, flow completion times otherwise. Fabric: SRv6 '
+              '(static source routes) or routed (ECMP groups the controller '
+              'repairs a convergence delay after a port-status); routes moved: '
+              'after each disruptive fault, when the controller first rewrote '
+              'groups.', '']
     lines += congestion_section(summary)
     notes = sorted({r for m in summary.values()
                     for r in m['health'].get('reasons', [])})

@@ -71,7 +71,10 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
             'fault': event['fault'], 'at_s': at, 'capacity_left': round(left, 3),
             'recovery_s': took, **time_figures('recovery', took, run)})
     plane_totals = [sum(run.plane_bins.get(p, [])) for p in planes]
-    path_totals = [run.path_bytes.get(p, 0) for p in sorted(candidate_paths)]
+    # On the routed mode a flow's path is the switches' choice, not a
+    # carrier the host names: there is no per-path count to judge.
+    path_totals = [run.path_bytes.get(p, 0) for p in sorted(candidate_paths)] \
+        if run.fabric_mode != 'routed' else []
     return {
         'congestion_control': run.cc or 'kernel',
         'bytes_delivered': delivered,
@@ -92,7 +95,12 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         'recovery': recoveries,
         'jain_planes': _round(jain_index(plane_totals)),
         'jain_paths': _round(jain_index(path_totals)) if run.path_bytes
-        else None,
+        and path_totals else None,
+        'fabric': run.fabric_mode,
+        'convergence_delay_s': run.convergence_delay_s
+        if run.fabric_mode == 'routed' else None,
+        'routes_moved': routes_moved(run, disruptive)
+        if run.fabric_mode == 'routed' else [],
         'health': run.health,
         'signals': signals_summary(run),
         'queueing_delay': queueing_summary(run),
@@ -115,6 +123,22 @@ def time_figures(name: str, seconds: float | None, run: TransportRun) -> dict:
             name + '_hardware_us': round(seconds / rtt * run.timescale[
                 'hardware_base_rtt_us'], 1)
             if seconds is not None and applied and rtt else None}
+
+
+def routes_moved(run: TransportRun, faults: list[dict]) -> list[dict]:
+    """Per fault, when the controller first rewrote routed groups after it
+    (its log of group changes): the time the routed flows could move."""
+    changes = sorted(e['t'] for e in run.events
+                     if e.get('source') == 'controller'
+                     and e.get('event') == 'group_change')
+    out = []
+    for event in faults:
+        first = next((t for t in changes if t >= event['t']), None)
+        out.append({'fault': event['fault'], 'at_s': event['t'],
+                    'groups_changed_at_s': first,
+                    'after_s': None if first is None
+                    else round(first - event['t'], 3)})
+    return out
 
 
 def _tail_start(run: TransportRun) -> float | None:

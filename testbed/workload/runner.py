@@ -85,6 +85,11 @@ class TransportRun:
     delay_histogram: list[int] = field(default_factory=list)
     delay_target_s: float | None = None
     transport_counters: dict[str, int] = field(default_factory=dict)
+    # The fabric mode it ran on and that fabric's convergence delay (which
+    # only the routed mode meets); the controller's port-status and group
+    # changes are in `events` (source 'controller').
+    fabric_mode: str = 'srv6'
+    convergence_delay_s: float | None = None
 
 
 # Congestion controls that run on a RoCE fabric's marks: its switches mark
@@ -131,13 +136,18 @@ class TransportRunner:
         spec: the interactive CLI's), which is then left running."""
         spec = fabric_spec(self.sc.topology, self.sc.link_rate_mbit,
                            self.run.cc)
-        with nullcontext(fabric) if fabric else FabricNet(spec) as fab:
+        delay = {} if self.sc.convergence_delay_s is None else {
+            'convergence_delay_s': self.sc.convergence_delay_s}
+        info = transport(self.run.transport)
+        self.run.fabric_mode = self.sc.fabric_mode(info.name) or info.fabric
+        with nullcontext(fabric) if fabric else FabricNet(spec, **delay) as fab:
+            self.run.convergence_delay_s = fab.convergence_delay_s
             phases = build_workload(fab.plan, self.rng)
             self.run.steps = tuple(getattr(phases, 'steps', ()))
             self.run.plane_bins = {p: [] for p in fab.plan.planes}
             injector = make_injector(fab, self._log)
-            driver = transport(self.run.transport).driver(
-                fab, self.sc.seed, self.run.cc, self._timescale(fab))
+            driver = info.driver(fab, self.sc.seed, self.run.fabric_mode,
+                                 self.run.cc, self._timescale(fab))
             try:
                 with self._capture(fab):
                     self._loop(fab, driver, injector, phases)
@@ -224,6 +234,10 @@ class TransportRunner:
         self.run.transport_counters = driver.transport_counters()
         self.run.events += [dict(e, t=round(e['time'] - self.t0, 6))
                             for e in driver.ev_events()]
+        self.run.events += [dict(e, t=round(e['monotonic'] - self.t0, 6),
+                                 source='controller')
+                            for e in fab.routing_events()
+                            if e['monotonic'] >= self.t0]   # not the build's
         for rec in records:
             rec.corrupt_bytes = driver.corrupt_bytes(rec.flow_id) \
                 if rec.status == 'done' else 0

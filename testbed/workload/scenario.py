@@ -30,12 +30,13 @@ from testbed.workload.model import (CaptureSpec, ConnectionMatrix, FabricOf,
                                     Fault, Scenario, Victim, WorkloadSpec,
                                     fabric_of)
 from testbed.nic.hardware_profile import HARDWARE_PROFILES
+from testbed.workload.transports import transport as transport_info
 from testbed.workload.workloads import check_shares_last_hop
 
 REQUIRED_KEYS = ('name', 'topology', 'link_rate_mbit', 'transports',
                  'workload', 'duration_s')
 OPTIONAL_KEYS = ('description', 'cc', 'faults', 'seed', 'repetitions', 'quick',
-                 'capture', 'hardware')
+                 'capture', 'hardware', 'fabric_modes', 'convergence_delay_s')
 TOP_LEVEL_KEYS = REQUIRED_KEYS + OPTIONAL_KEYS
 NOT_IN_QUICK = ('name', 'transports', 'topology', 'cc', 'quick')
 NAME_PATTERN = re.compile(r'[a-z0-9_-]{1,64}')
@@ -131,6 +132,10 @@ def _scenario(data: Any, base_dir: Path, source: str,
                                above=0),
         transports=_transports(data['transports']),
         cc=_cc(data.get('cc', {})),
+        fabric_modes=_fabric_modes(data.get('fabric_modes', {}),
+                                   _transports(data['transports'])),
+        convergence_delay_s=None if data.get('convergence_delay_s') is None
+        else _number(data['convergence_delay_s'], 'convergence_delay_s', least=0),
         workload=_workload(data['workload'], fabric, base_dir),
         faults=_faults(data.get('faults', []), fabric, duration),
         duration_s=duration,
@@ -228,6 +233,22 @@ def _cc(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple((transport, _choice(name, 'cc.%s' % transport, algorithms,
                                      'congestion control'))
                  for transport, name in sorted(choices.items()))
+
+
+def _fabric_modes(value: Any, transports: tuple[str, ...]
+                  ) -> tuple[tuple[str, str], ...]:
+    """transport -> fabric mode, for transports the scenario runs and modes
+    they can run on (testbed.workload.transports)."""
+    modes = _mapping(value, 'fabric_modes', (), None)
+    out = []
+    for name, mode in sorted(modes.items()):
+        where = 'fabric_modes.%s' % name
+        if name not in transports:
+            raise _Invalid(where, '%r is not among the transports' % name)
+        _choice(mode, where, transport_info(name).fabrics,
+                'fabric mode for %s' % name)
+        out.append((name, mode))
+    return tuple(out)
 
 
 # -- workload ------------------------------------------------------------------

@@ -25,7 +25,7 @@ from testbed.nic.hardware_profile import HARDWARE_PROFILES
 from testbed.workload.scenario import (MIN_SNAPLEN, NAME_PATTERN, NOT_IN_QUICK,
                                        REQUIRED_KEYS, TOP_LEVEL_KEYS,
                                        WORKLOAD_PARAMS)
-from testbed.workload.transports import ENDPOINT_NAMES
+from testbed.workload.transports import ENDPOINT_NAMES, TRANSPORTS
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
 
 DRAFT = 'https://json-schema.org/draft/2020-12/schema'
@@ -55,6 +55,15 @@ KEY_SCHEMAS: dict[str, dict] = {
                           for t in ENDPOINT_NAMES},
            'description': 'the congestion control of each of our '
            'transports (default: rc and ecmp dcqcn, mrc NSCC)'},
+    'fabric_modes': {'type': 'object',
+                     'properties': {t.name: {'enum': list(t.fabrics)}
+                                    for t in TRANSPORTS.values()},
+                     'additionalProperties': False,
+                     'description': 'the fabric mode of a transport the '
+                     'scenario runs (srv6 or routed; docs/routed-fabric.md)'},
+    'convergence_delay_s': {'type': 'number', 'minimum': 0,
+                            'description': 'the routed mode: port-status to '
+                            'repaired ECMP groups'},
     'hardware': {'enum': [*HARDWARE_PROFILES, 'none'],
                  'description': 'the hardware the fabric stands for: packets '
                  'in flight and timers scaled to it (docs/timescale.md)'},

@@ -16,6 +16,14 @@ from typing import Any, Literal, Protocol
 
 from testbed.nic.transport_config import TRANSPORTS as NIC_TRANSPORTS
 
+# Every fabric carries both modes (testbed.controller.usid_app): MRC's static
+# SRv6 uSID source routes, and destination routing with ECMP groups that the
+# controller repairs after a convergence delay, as RoCE is deployed. MRC
+# needs source routes (its EVs name paths); MPTCP on the routed mode would
+# need a peer address per plane for its subflows, which it is not given.
+FabricMode = Literal['srv6', 'routed']
+FABRIC_MODES: tuple[FabricMode, ...] = ('srv6', 'routed')
+
 
 class Driver(Protocol):
     """Flows of one transport on a running fabric, advanced by `poll()`
@@ -55,19 +63,27 @@ class TransportInfo:
     colour: str             # in every plot
     doc: str
     driver_class: str       # module:class, imported when the transport runs
+    fabrics: tuple[FabricMode, ...]   # the modes it can run on; the first
+                                      # is its default unless a scenario says
 
-    def driver(self, fab: Any, seed: int, cc: str | None = None,
-               timescale: Any = None) -> Driver:
-        """`cc`: the congestion control our endpoints run (None: the
-        transport's default); the kernel's transports keep the kernel's.
-        `timescale`: the hardware profile's EmulatedTime, which only our
-        endpoints can apply (their delay stage; the kernel's would need
-        netem on the links)."""
+    @property
+    def fabric(self) -> FabricMode:
+        return self.fabrics[0]
+
+    def driver(self, fab: Any, seed: int, fabric_mode: FabricMode | None = None,
+               cc: str | None = None, timescale: Any = None) -> Driver:
+        """`fabric_mode`: None for the transport's default. `cc`: the
+        congestion control our endpoints run (None: the transport's
+        default); the kernel's transports keep the kernel's. `timescale`:
+        the hardware profile's EmulatedTime, which only our endpoints can
+        apply (their delay stage; the kernel's would need netem on the
+        links)."""
         module, name = self.driver_class.split(':')
         make = getattr(importlib.import_module(module), name)
+        mode = fabric_mode or self.fabric
         if self.family == 'endpoint':
-            return make(fab, self.name, seed, cc=cc, timescale=timescale)
-        return make(fab, self.name, seed)
+            return make(fab, self.name, seed, mode, cc=cc, timescale=timescale)
+        return make(fab, self.name, seed, mode)
 
 
 _ENDPOINT = 'testbed.workload.endpoint_flows:EndpointFlows'
@@ -75,16 +91,17 @@ _KERNEL = 'testbed.kernel.flows:KernelFlows'
 _ALL = (
     TransportInfo('mrc', 'endpoint', False, '#1b7837', 'MRC: every QP sprayed '
                   'over all paths of all planes, EVs steered by feedback',
-                  _ENDPOINT),
+                  _ENDPOINT, ('srv6',)),
     TransportInfo('rc', 'endpoint', True, '#b2182b', 'RoCE RC: one path per '
                   'QP, go-back-N, DCQCN, QP error when the retry budget runs '
-                  'out', _ENDPOINT),
+                  'out', _ENDPOINT, ('routed', 'srv6')),
     TransportInfo('ecmp', 'endpoint', True, '#2166ac', "one hashed path per "
-                  "QP, MRC's selective recovery, DCQCN", _ENDPOINT),
+                  "QP, MRC's selective recovery, DCQCN", _ENDPOINT,
+                  ('routed', 'srv6')),
     TransportInfo('tcp', 'kernel', True, '#762a83', "the kernel's TCP on one "
-                  'hashed path', _KERNEL),
+                  'hashed path', _KERNEL, ('routed', 'srv6')),
     TransportInfo('mptcp', 'kernel', False, '#e08214', "the kernel's MPTCP, "
-                  'one subflow per plane', _KERNEL),
+                  'one subflow per plane', _KERNEL, ('srv6',)),
 )
 TRANSPORTS: Mapping[str, TransportInfo] = {t.name: t for t in _ALL}
 NAMES: tuple[str, ...] = tuple(TRANSPORTS)

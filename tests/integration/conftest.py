@@ -45,8 +45,8 @@ def fabric_factory():
     """Build fabrics that are torn down whatever the test does."""
     built = []
 
-    def build(spec: str) -> FabricNet:
-        fab = FabricNet(parse_topo_spec(spec))
+    def build(spec: str, **options) -> FabricNet:
+        fab = FabricNet(parse_topo_spec(spec), **options)
         built.append(fab)
         fab.start()
         return fab

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC = 'fattree,k=4,planes=2'
 MN = ['mn', '--custom', 'testbed/topologies/fattree.py', '--topo', SPEC,
       '--controller', 'mrc', '--host', 'mrc',
-      '--switch', 'ovs,datapath=user,protocols=OpenFlow13']
+      '--switch', 'ovs,datapath=user,protocols=OpenFlow15']
 PROMPT = 'mininet> '
 # Building 40 userspace bridges and plumbing 16 hosts, on a shared machine.
 START_TIMEOUT_S = 300

@@ -16,7 +16,7 @@ CC = {'mrc': 'uet-1.0-nscc', 'rc': 'dcqcn', 'tcp': None}
 
 
 def synthetic(transport, dies=False):
-    run = TransportRun(transport, 0, cc=CC[transport])
+    run = TransportRun(transport, 0, cc=CC[transport], fabric_mode='srv6')
     run.flows = [FlowRecord(1, 0, 'h1', 'h5', 1000, started=0.0, finished=1.0,
                             status='done', delivered=1000),
                  FlowRecord(2, 1, 'h5', 'h1', 1000, started=1.0,
@@ -82,5 +82,23 @@ def test_files_table_report_and_plots(tmp_path):
                      'size_mb': 1}}, tmp_path)
     report = markdown(scenario, summary, ['goodput.png'],
                       {'started_utc': 'now', 'machine': 'here'})
-    assert '| mrc | uet-1.0-nscc |' in report and '| rc | dcqcn |' in report
+    assert '| mrc | srv6 | uet-1.0-nscc |' in report and '| rc | srv6 | dcqcn |' in report
     assert '![goodput.png](goodput.png)' in report
+
+
+def test_a_routed_row_says_its_fabric_delay_and_when_routes_moved():
+    run = synthetic('rc')
+    run.fabric_mode, run.convergence_delay_s = 'routed', 0.5
+    run.path_bytes = {'fd00:0:0:1::5': 200}       # routed: the peer's address
+    run.events += [
+        {'t': 1.01, 'source': 'controller', 'event': 'port_status'},
+        {'t': 1.52, 'source': 'controller', 'event': 'group_change'},
+        {'t': 1.53, 'source': 'controller', 'event': 'group_change'}]
+    m = run_metrics(run, {'fcbb:bb01:1000:8001::'}, (1, 2))
+    assert (m['fabric'], m['convergence_delay_s']) == ('routed', 0.5)
+    assert m['routes_moved'] == [{'fault': 'link_down', 'at_s': 1.0,
+                                  'groups_changed_at_s': 1.52, 'after_s': 0.52}]
+    assert m['jain_paths'] is None               # no carriers to judge
+    mrc = run_metrics(synthetic('mrc'), {'fcbb:bb01:1000:8001::'}, (1, 2))
+    text = table({'rc': aggregate([m]), 'mrc': aggregate([dict(mrc, fabric='srv6')])})
+    assert 'routed (converges 0.50 s)' in text and '+0.52' in text

@@ -1,0 +1,34 @@
+"""How long the routed fabric takes to move traffic off a dead link.
+
+In a BGP-routed Clos (RFC 7938, the design large AI back-end fabrics run)
+a physical link-down is seen in milliseconds ("fast fallover"), and RFC 7938
+§7 argues that sub-second convergence is then achievable once withdrawals
+propagate and every FIB is updated; with keepalive-based detection it takes
+multiple seconds (hold timers of 3 s and more). The IETF draft on IP fast
+reroute for AI/ML fabrics (draft-clad-rtgwg-ipfrr-aiml-00, 2026) describes
+that control-plane convergence as far from what AI workloads need. The
+default here is the sub-second case, 500 ms on hardware.
+
+The emulated fabric runs on a slower clock: its RTTs are milliseconds, not
+microseconds, and the transports' timers are stretched to match
+(`testbed.nic.emulated_timescale`). What the comparison needs preserved is
+the race between convergence and an RC QP's retry budget, so convergence is
+scaled by the same factor as the QP's ACK timer: the emulated packet timeout
+over the hardware one it stands for (16.8 ms, mrc.h timeout 14, what
+`testbed.nic.emulated_timescale` calls the hardware value): about 12x, so
+500 ms on hardware is about 6 s here.
+"""
+from __future__ import annotations
+
+from testbed.nic.emulated_timescale import PACKET_TIMEOUT_RTTS, TUNED_RTT_S
+
+HARDWARE_CONVERGENCE_S = 0.5
+HARDWARE_ACK_TIMEOUT_S = 1.024e-6 * 2 ** 14     # mrc.h timeout 14: 16.8 ms
+# The packet timeout on the fabric the timers were tuned on (0.2 s).
+TIMER_SCALE = PACKET_TIMEOUT_RTTS * TUNED_RTT_S / HARDWARE_ACK_TIMEOUT_S
+DEFAULT_CONVERGENCE_DELAY_S = round(HARDWARE_CONVERGENCE_S * TIMER_SCALE, 2)
+
+
+def emulated_delay(hardware_s: float) -> float:
+    """A hardware convergence time on the emulated timescale."""
+    return hardware_s * TIMER_SCALE

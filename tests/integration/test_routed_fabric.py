@@ -1,0 +1,239 @@
+"""The routed fabric mode on real bridges: ECMP select groups that hash the
+UDP source port, reconvergence after the controller's convergence delay,
+and an RC QP on it."""
+import socket
+import subprocess
+import time
+
+from testbed.fabric.faults.injector import FaultInjector
+from testbed.fabric.netns import inside
+from testbed.fabric.verify import REVALIDATE_S, verify_fabric
+from testbed.kernel.transports import KernelTransports
+from testbed.nic.retry_timer import time_to_error
+from testbed.workload.endpoint_flows import EndpointFlows
+
+# Two leaves, four spines, one plane: every leaf-to-leaf flow has four
+# equal-cost next hops at its first switch.
+SPEC = 'leafspine,leaves=2,spines=4,hosts=1,planes=1'
+SRC, DST = 'h1', 'h2'
+SPORTS = range(50000, 50032)
+PACKETS_PER_PORT = 5
+DELAY_S = 1.0
+# After the delay the controller sends its group mods at once; OVS then
+# revalidates the datapath flows that use the group, at the latest after its
+# max-revalidator interval (REVALIDATE_S, 500 ms by default): the repaired
+# route carries traffic within DELAY_S + REVALIDATE_S (+ one send interval)
+# of the report.
+SEND_INTERVAL_S = 0.005
+RC_BYTES = 2 << 20
+# Longer than the RC QP's retry budget on this timescale (asserted in the
+# test from the QP's own timer): the repair comes after the QP gave up.
+LONG_DELAY_S = 60.0
+
+
+def tx_packets(intf: str) -> int:
+    with open('/sys/class/net/%s/statistics/tx_packets' % intf) as f:
+        return int(f.read())
+
+
+def uplinks(fab) -> dict[str, str]:
+    """The first switch's spine neighbours -> its interface toward each."""
+    leaf = fab.plan.host_ports[(SRC, 1)].switch
+    node = fab.net[leaf]
+    return {spine: node.intfs[port].name
+            for spine, port in fab.plan.neighbours(leaf).items()}
+
+
+def udp_socket(fab, host: str, sport: int | None = None) -> socket.socket:
+    with inside(fab.host_pid(host)):
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.bind((fab.plan.host_ports[(host, 1)].address, sport or 4791))
+    return s
+
+
+def spine_of_each_port(fab) -> dict[int, list[str]]:
+    """Send a few packets per UDP source port; the uplinks each port's
+    packets left by (counted on the switch's ports)."""
+    links = uplinks(fab)
+    dst = fab.plan.host_ports[(DST, 1)].address
+    taken = {}
+    for sport in SPORTS:
+        before = {s: tx_packets(i) for s, i in links.items()}
+        with udp_socket(fab, SRC, sport) as s:
+            for _ in range(PACKETS_PER_PORT):
+                s.sendto(b'x' * 64, (dst, 4791))
+        time.sleep(0.02)
+        taken[sport] = [s for s, i in links.items()
+                        if tx_packets(i) - before[s] >= PACKETS_PER_PORT]
+    return taken
+
+
+def test_udp_source_ports_spread_over_the_ecmp_next_hops(fabric_factory):
+    fab = fabric_factory(SPEC)
+    rx = udp_socket(fab, DST)
+    rx.setblocking(False)
+    taken = spine_of_each_port(fab)
+    # Every port's packets leave on one uplink (a flow is never split)...
+    assert all(len(spines) == 1 for spines in taken.values()), taken
+    # ...and 32 ports over 4 next hops leave none unused unless the hash
+    # ignored the port (OVS's default dp_hash does: every port one bucket).
+    used = {spines[0] for spines in taken.values()}
+    assert used == set(uplinks(fab)), taken
+    time.sleep(0.1)
+    got = 0
+    while True:
+        try:
+            rx.recv(2048)
+        except BlockingIOError:
+            break
+        got += 1
+    rx.close()
+    assert got == len(SPORTS) * PACKETS_PER_PORT
+
+
+def arrivals_across(fab, injector, sport: int, spine: str, leaf: str) -> list[float]:
+    """Stream one UDP flow, then take its uplink down: the arrival times,
+    from the moment of the fault."""
+    dst = fab.plan.host_ports[(DST, 1)].address
+    rx = udp_socket(fab, DST)
+    rx.setblocking(False)
+    times = []
+    t_fault = time.monotonic() + 0.3
+    t_end = t_fault + DELAY_S + REVALIDATE_S + 0.5
+    faulted = False
+    with udp_socket(fab, SRC, sport) as tx:
+        while time.monotonic() < t_end:
+            if not faulted and time.monotonic() >= t_fault:
+                injector.apply('link_down', a=leaf, b=spine)
+                t_fault, faulted = time.monotonic(), True
+            tx.sendto(b'x' * 64, (dst, 4791))
+            time.sleep(SEND_INTERVAL_S)
+            try:
+                while True:
+                    rx.recv(2048)
+                    times.append(time.monotonic())
+            except BlockingIOError:
+                pass
+    rx.close()
+    return [t - t_fault for t in times]
+
+
+def test_a_failed_link_is_routed_around_after_the_convergence_delay(fabric_factory):
+    fab = fabric_factory(SPEC, convergence_delay_s=DELAY_S)
+    taken = spine_of_each_port(fab)
+    leaf = fab.plan.host_ports[(SRC, 1)].switch
+    sport, (spine,) = next(iter(taken.items()))
+    injector = FaultInjector(fab)
+    try:
+        seen = arrivals_across(fab, injector, sport, spine, leaf)
+        # Nothing arrives between the fault and the controller's repair: the
+        # flow's bucket points at the dead port until the delay has passed...
+        gap = [t for t in seen if 2 * SEND_INTERVAL_S < t < DELAY_S]
+        assert not gap, gap
+        # ...and the repaired group carries it again soon after.
+        after = [t for t in seen if t >= DELAY_S]
+        assert after and after[0] < DELAY_S + REVALIDATE_S + 2 * SEND_INTERVAL_S
+        log = fab.routing_events()
+        heard = [e for e in log if e['event'] == 'port_status' and not e['up']]
+        changed = [e for e in log if e['event'] == 'group_change']
+        assert {e['switch'] for e in heard} == {leaf, spine}   # both ends
+        assert changed and min(e['monotonic'] for e in changed) - \
+            min(e['monotonic'] for e in heard) >= DELAY_S
+        injector.apply('link_up', a=leaf, b=spine)
+        time.sleep(DELAY_S + REVALIDATE_S)
+        back = spine_of_each_port(fab)
+        assert spine in {s[0] for s in back.values()}, back
+    finally:
+        injector.restore_all()
+
+
+def start_rc_and_fail_its_link(fab) -> tuple[EndpointFlows, FaultInjector, float]:
+    """An RC write from SRC to DST on the routed fabric; once a quarter is
+    through, the one uplink its packets take goes down. Returns the driver,
+    the injector and the time of the fault."""
+    driver = EndpointFlows(fab, 'rc', seed=3, fabric_mode='routed')
+    injector = FaultInjector(fab)
+    links = uplinks(fab)
+    before = {spine: tx_packets(i) for spine, i in links.items()}
+    driver.prepare([(SRC, DST, RC_BYTES)])
+    driver.start(0, SRC, DST, RC_BYTES)
+    while driver.status(0) == 'running' and driver.delivered(0) < RC_BYTES // 4:
+        driver.poll()
+    # The QP's packets all take one spine (its UDP source port hashes to
+    # one bucket): fail that link under the running write.
+    sent = {spine: tx_packets(i) - before[spine] for spine, i in links.items()}
+    used = max(sent, key=sent.get)
+    assert sorted(sent.values())[-2] < sent[used] // 10, sent
+    injector.apply('link_down', a=fab.plan.host_ports[(SRC, 1)].switch, b=used)
+    return driver, injector, time.monotonic()
+
+
+def finish(driver: EndpointFlows, limit_s: float) -> None:
+    t0 = time.monotonic()
+    while driver.status(0) == 'running':
+        assert time.monotonic() - t0 < limit_s
+        driver.poll()
+
+
+def retry_budget_s(driver: EndpointFlows) -> float:
+    """Seconds from the last progress to the QP error on a dead path."""
+    timer = driver.connections[(SRC, DST)].requester.requester.retry
+    return time_to_error(timer.base_s, timer.retry)
+
+
+def test_an_rc_qp_survives_a_convergence_shorter_than_its_retry_budget(
+        fabric_factory):
+    fab = fabric_factory(SPEC, convergence_delay_s=DELAY_S)
+    driver, injector, _ = start_rc_and_fail_its_link(fab)
+    try:
+        assert retry_budget_s(driver) > DELAY_S + REVALIDATE_S
+        finish(driver, 120)
+        assert driver.status(0) == 'done', driver.error(0)
+        assert driver.corrupt_bytes(0) == 0
+        assert [e for e in fab.routing_events() if e['event'] == 'group_change']
+    finally:
+        injector.restore_all()
+        driver.close()
+
+
+def test_an_rc_qp_errors_when_convergence_outlasts_its_retry_budget(
+        fabric_factory):
+    fab = fabric_factory(SPEC, convergence_delay_s=LONG_DELAY_S)
+    driver, injector, t_fault = start_rc_and_fail_its_link(fab)
+    try:
+        budget = retry_budget_s(driver)
+        assert budget < LONG_DELAY_S
+        finish(driver, LONG_DELAY_S)
+        assert driver.status(0) == 'failed'
+        assert 'retry' in driver.error(0)
+        # It gave up once its budget was spent, long before any repair.
+        assert time.monotonic() - t_fault < LONG_DELAY_S
+        assert not [e for e in fab.routing_events() if e['event'] == 'group_change']
+    finally:
+        injector.restore_all()
+        driver.close()
+
+
+def test_verify_probes_the_routed_mode_around_a_converged_failure(fabric_factory):
+    fab = fabric_factory(SPEC, convergence_delay_s=DELAY_S)
+    report = verify_fabric(fab, fabric='routed')
+    # One flow per equal-cost path of each pair: 4 spines, both directions.
+    assert report.ok and report.paths_total == 2 * 4, report
+    leaf = fab.plan.host_ports[(SRC, 1)].switch
+    spine = sorted(uplinks(fab))[0]
+    fab.set_link(leaf, spine, up=False)
+    time.sleep(DELAY_S + REVALIDATE_S)
+    assert verify_fabric(fab, fabric='routed').ok
+
+
+def test_kernel_tcp_on_the_routed_fabric_needs_no_seg6_route(fabric_factory):
+    fab = fabric_factory(SPEC)
+    with KernelTransports(fab, routed=True) as kt:
+        flow = kt.start_flow(SRC, DST, 1 << 20, 'tcp')
+        assert kt.run(lambda: flow.finished, timeout_s=30)
+        assert flow.completed, flow.error
+        assert flow.sha256_received == flow.sha256_sent is not None
+        routes = subprocess.run(['nsenter', '--net=/proc/%d/ns/net' % fab.host_pid(SRC),
+                                 'ip', '-6', 'route', 'show', 'table', 'all'],
+                                capture_output=True, text=True, check=True).stdout
+        assert 'seg6 ' not in routes.replace('seg6local', '')
