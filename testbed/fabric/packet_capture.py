@@ -10,6 +10,7 @@ killed outright, the kernel sends its tcpdumps SIGTERM (PR_SET_PDEATHSIG), and
 from __future__ import annotations
 
 import ctypes
+import re
 import select
 import signal
 import subprocess
@@ -21,6 +22,10 @@ from pathlib import Path
 TCPDUMP_MARK = 'tcpdump -n --immediate-mode --packet-buffered -Z root'
 START_TIMEOUT_S = 10.0     # tcpdump opens its interface within well under a second
 STOP_TIMEOUT_S = 5.0
+# The kernel's capture buffer, KiB: tcpdump's 2 MiB default lost packets
+# when the machine's two cores were busy with the fabric and the endpoints.
+BUFFER_KIB = 32768
+DROPPED = re.compile(r'(\d+) packets? dropped by kernel')
 _PR_SET_PDEATHSIG = 1
 
 
@@ -47,6 +52,9 @@ class PacketCapture:
     def __init__(self, points: list[CapturePoint], directory: Path, snaplen: int) -> None:
         self.points, self.directory, self.snaplen = points, Path(directory), snaplen
         self.procs: list[subprocess.Popen] = []
+        # point name -> packets the kernel dropped before tcpdump read them
+        # (known once stopped): a pcap with drops is not the whole traffic.
+        self.dropped: dict[str, int] = {}
 
     def pcap(self, point: CapturePoint) -> Path:
         return self.directory / (point.name + '.pcap')
@@ -54,7 +62,8 @@ class PacketCapture:
     def _command(self, point: CapturePoint) -> list[str]:
         # Immediate mode and packet-buffered output: a pcap is complete the moment
         # tcpdump stops; -Z root: the results directory need not be the tcpdump user's.
-        cmd = [*TCPDUMP_MARK.split(), '-s', str(self.snaplen), '-i', point.intf,
+        cmd = [*TCPDUMP_MARK.split(), '-B', str(BUFFER_KIB), '-s', str(self.snaplen),
+               '-i', point.intf,
                '-w', str(self.pcap(point))]
         if point.netns_pid is not None:
             cmd = ['nsenter', '--net=/proc/%d/ns/net' % point.netns_pid, *cmd]
@@ -79,13 +88,15 @@ class PacketCapture:
         for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in procs:
+        for point, proc in zip(self.points, procs):
             try:
                 proc.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
             if proc.stderr is not None:
+                found = DROPPED.search(proc.stderr.read())
+                self.dropped[point.name] = int(found.group(1)) if found else 0
                 proc.stderr.close()
 
     def __enter__(self) -> 'PacketCapture':

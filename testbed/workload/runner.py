@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 import time
-from contextlib import nullcontext
-from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,7 +168,16 @@ class TransportRunner:
                                 self.capture_dir, spec.snaplen)
         self._log({'event': 'capture', 'pcaps': [
             str(capture.pcap(p)) for p in capture.points]})
-        return capture
+        return self._reporting_drops(capture)
+
+    @contextmanager
+    def _reporting_drops(self, capture: PacketCapture) -> Iterator[None]:
+        """A pcap the kernel dropped packets from is not the whole traffic:
+        the events say so, per capture point."""
+        with capture:
+            yield
+        self._log({'event': 'capture_stopped',
+                   'dropped_by_kernel': dict(capture.dropped)})
 
     def _log(self, event: dict) -> None:
         t = round(event.get('monotonic', time.monotonic()) - self.t0, 6)

@@ -10,6 +10,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.utils import rdpcap
 
 from testbed.fabric import ovs
+from testbed.fabric.packet_capture import BUFFER_KIB
 from testbed.nic import scapy_mrc
 from testbed.nic.wire import DataPacket, Nack, NackReason, Trim, decode
 from testbed.workload.endpoint_flows import EndpointFlows
@@ -25,7 +26,7 @@ CE = 0b11
 
 def capture(intf: str, path, netns_pid: int | None = None) -> subprocess.Popen:
     cmd = ['tcpdump', '--immediate-mode', '-U', '-Z', 'root', '-n',
-           '-i', intf, '-w', str(path), 'ip6']
+           '-B', str(BUFFER_KIB), '-i', intf, '-w', str(path), 'ip6']
     if netns_pid is not None:
         cmd = ['nsenter', '--net=/proc/%d/ns/net' % netns_pid, *cmd]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
@@ -69,6 +70,9 @@ def test_congested_uplinks_mark_and_trim_and_every_trim_is_nacked(
         for proc in (at_uplink, at_host):
             proc.terminate()
             proc.wait()
+    # A capture that lost packets would miss trims or NACKs below.
+    for proc in (at_uplink, at_host):
+        assert ' 0 packets dropped by kernel' in proc.stderr.read()
     try:
         for i in range(len(FLOWS)):
             assert driver.status(i) == 'done' and driver.corrupt_bytes(i) == 0
