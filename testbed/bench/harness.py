@@ -77,12 +77,14 @@ class Trial:
 
 def scenario(name: str, topology: str, rate_mbit: float, workload: dict,
              duration_s: float, faults: Sequence[dict] = (),
-             seed: int = 1) -> Scenario:
-    """A scenario built in code, validated exactly like a YAML file."""
+             seed: int = 1, **keys: Any) -> Scenario:
+    """A scenario built in code, validated exactly like a YAML file;
+    `keys`: further top-level keys (e.g. hardware)."""
     return parse_scenario({
         'name': name, 'topology': topology, 'link_rate_mbit': rate_mbit,
         'transports': ['mrc'], 'workload': workload, 'faults': list(faults),
-        'duration_s': duration_s, 'seed': seed}, '.', source='bench:' + name)
+        'duration_s': duration_s, 'seed': seed, **keys}, '.',
+        source='bench:' + name)
 
 
 def run_trial(ctx: BenchContext, section: str, fab, sc: Scenario,

@@ -2,7 +2,10 @@
 in both directions, on the sender's link of every plane (so every data
 packet and every acknowledgement crosses exactly one lossy link), during a
 transfer h1 -> h16 on a 2-plane k=4 fat-tree. Throughput as a fraction of
-the same transport's loss-free throughput, measured in the same run.
+the same transport's loss-free throughput, measured in the same run, on
+two timescales side by side: the fabric's own (a few packets in flight)
+and the paper's hardware profile (its packets in flight, by the endpoints'
+delay stage; testbed/nic/hardware_profile.py).
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from testbed.bench.harness import (BenchContext, SectionResult, Trial,
                            md_table, rejected_note, retried_note, run_trial,
                            scenario, side_by_side, spread, throughput_mbps)
 from testbed.fabric.net import FabricNet
+from testbed.nic.hardware_profile import PAPER_FABRIC
 from testbed.workload.runner import fabric_spec
 
 KEY = 'random_loss'
@@ -20,6 +24,8 @@ SRC, DST = 'h1', 'h16'
 TRANSPORTS = ('mrc', 'rc', 'tcp')
 CAP_S = 20.0                      # 8 in the quick form
 LOSSES = (0.0, 0.1, 1.0)          # percent
+# None: the fabric's own timescale; a name: that hardware profile.
+TIMESCALES = (None, PAPER_FABRIC.name)
 
 
 def faults(loss_pct: float, plan) -> list[dict]:
@@ -50,20 +56,16 @@ def run(ctx: BenchContext) -> SectionResult:
     with FabricNet(fabric_spec(TOPOLOGY, RATE_MBIT)) as fab:
         for rep in range(ctx.reps):
             for loss in losses:
-                sc = scenario('bench-random-loss', TOPOLOGY, RATE_MBIT, {
-                    'type': 'point_to_point', 'src': SRC, 'dst': DST,
-                    'size_mb': size_mb}, duration_s=8 if ctx.quick else CAP_S,
-                    faults=faults(loss, fab.plan), seed=200 + rep)
-                for transport in transports:
-                    trial = run_trial(ctx, KEY, fab, sc, transport,
-                                      '%g%%' % loss, rep)
-                    trial.values.update(
-                        loss_pct=loss, mbps=throughput_mbps(trial.run),
-                        completed=trial.run.flows[0].status == 'done',
-                        retransmitted_bytes=trial.run.retransmitted_bytes)
-                    trials.append(trial)
-                    ctx.say(KEY, '%g%% loss, %s rep %d: %.1f Mbit/s' % (
-                        loss, transport, rep + 1, trial.values['mbps']))
+                for hardware in TIMESCALES:
+                    sc = scenario(
+                        'bench-random-loss', TOPOLOGY, RATE_MBIT, {
+                            'type': 'point_to_point', 'src': SRC, 'dst': DST,
+                            'size_mb': size_mb},
+                        duration_s=8 if ctx.quick else CAP_S,
+                        faults=faults(loss, fab.plan), seed=200 + rep,
+                        hardware=hardware or 'none')
+                    trials += [_trial(ctx, fab, sc, t, loss, rep, hardware)
+                               for t in transports]
     relative(trials)
     return SectionResult(KEY, 'Random loss', report(ctx, trials, size_mb),
                          {'trials': [{'transport': t.transport, 'rep': t.rep,
@@ -71,36 +73,63 @@ def run(ctx: BenchContext) -> SectionResult:
                                       **t.values} for t in trials]})
 
 
+def _trial(ctx: BenchContext, fab, sc, transport: str, loss: float,
+           rep: int, hardware: str | None) -> Trial:
+    timescale = timescale_label(hardware)
+    trial = run_trial(ctx, KEY, fab, sc, transport,
+                      '%g%%, %s' % (loss, timescale), rep)
+    trial.values.update(
+        loss_pct=loss, timescale=timescale, mbps=throughput_mbps(trial.run),
+        completed=trial.run.flows[0].status == 'done',
+        retransmitted_bytes=trial.run.retransmitted_bytes,
+        # Kernel TCP has no delay stage: under a profile it runs on the
+        # fabric's own RTT, and its row says so.
+        profile_applied=bool(trial.run.timescale
+                             and trial.run.timescale['applied']))
+    ctx.say(KEY, '%g%% loss, %s, %s rep %d: %.1f Mbit/s' % (
+        loss, timescale, transport, rep + 1, trial.values['mbps']))
+    return trial
+
+
+def timescale_label(hardware: str | None) -> str:
+    return hardware or 'own timescale'
+
+
 def relative(trials: list[Trial]) -> None:
-    """Each lossy trial over the loss-free one of its transport and rep."""
-    free = {(t.transport, t.rep): t.values['mbps'] for t in trials
-            if t.values['loss_pct'] == 0 and t.trusted}
+    """Each lossy trial over the loss-free one of its transport, rep and
+    timescale."""
+    free = {(t.transport, t.rep, t.values['timescale']): t.values['mbps']
+            for t in trials if t.values['loss_pct'] == 0 and t.trusted}
     for t in trials:
-        base = free.get((t.transport, t.rep))
+        base = free.get((t.transport, t.rep, t.values['timescale']))
         t.values['fraction'] = t.values['mbps'] / base if base else None
 
 
 def report(ctx: BenchContext, trials: list[Trial], size_mb: float) -> str:
     rows, groups = [], {}
     losses = list(dict.fromkeys(t.values['loss_pct'] for t in trials))
+    scales = list(dict.fromkeys(t.values['timescale'] for t in trials))
     for loss in losses:
-        label = '%g%% loss' % loss
-        groups[label] = {}
-        at = [t for t in trials if t.values['loss_pct'] == loss]
-        for transport in dict.fromkeys(t.transport for t in at):
-            mine = [t for t in at if t.transport == transport]
-            groups[label][transport] = spread(mine, 'fraction')
-            rows.append([label, transport,
-                         spread(mine, 'mbps').text('%.1f', unit=' Mbit/s'),
-                         spread(mine, 'fraction').text('%.0f', 100, '%'),
-                         spread(mine, 'retransmitted_bytes').text(
-                             '%.2f', 1e-6, ' MB'),
-                         '%d/%d' % (sum(t.values['completed'] for t in mine),
-                                    len(mine))])
+        for scale in scales:
+            label = '%g%% loss, %s' % (loss, scale)
+            groups[label] = {}
+            at = [t for t in trials if t.values['loss_pct'] == loss
+                  and t.values['timescale'] == scale]
+            for transport in dict.fromkeys(t.transport for t in at):
+                mine = [t for t in at if t.transport == transport]
+                groups[label][transport] = spread(mine, 'fraction')
+                rows.append([
+                    '%g%%' % loss, scale + _not_applied(mine), transport,
+                    spread(mine, 'mbps').text('%.1f', unit=' Mbit/s'),
+                    spread(mine, 'fraction').text('%.0f', 100, '%'),
+                    spread(mine, 'retransmitted_bytes').text(
+                        '%.2f', 1e-6, ' MB'),
+                    '%d/%d' % (sum(t.values['completed'] for t in mine),
+                               len(mine))])
     lossy = [x for x in losses if x]
     image = charts.grouped_bars(
         ctx.images / 'bench_random_loss.png',
-        {k: v for k, v in groups.items() if k != '0% loss'},
+        {k: v for k, v in groups.items() if not k.startswith('0% loss')},
         '% of loss-free throughput', 'Random loss on every plane, '
         '%s -> %s' % (SRC, DST), scale=100)
     return '\n\n'.join([
@@ -108,15 +137,27 @@ def report(ctx: BenchContext, trials: list[Trial], size_mb: float) -> str:
         'A %g MB transfer %s -> %s on `%s` at %g Mbit/s per link, %d '
         'repetitions; loss applied with a `tc` classifier on %s\'s link to '
         'each plane (both directions) from the start. Throughput: payload '
-        'over the time to completion (or the %g s cap). %s%s.' % (
+        'over the time to completion (or the %g s cap). Each loss runs on '
+        'the fabric\'s own timescale and under the `%s` hardware profile '
+        '(%.0f packets in flight per port, as on the hardware: '
+        'docs/timescale.md). %s%s.' % (
             size_mb, SRC, DST, TOPOLOGY, RATE_MBIT, ctx.reps, SRC,
-            8 if ctx.quick else CAP_S, rejected_note(trials),
+            8 if ctx.quick else CAP_S, PAPER_FABRIC.name,
+            PAPER_FABRIC.bdp_packets, rejected_note(trials),
             retried_note(trials)),
-        md_table(['loss', 'transport', 'throughput', 'of loss-free',
-                  'retransmitted', 'completed'], rows),
+        md_table(['loss', 'timescale', 'transport', 'throughput',
+                  'of loss-free', 'retransmitted', 'completed'], rows),
         'Side by side (fraction of loss-free, per repetition): ' + '; '.join(
-            '%g%%: %s' % (x, side_by_side(
-                [t for t in trials if t.values['loss_pct'] == x], 'fraction'))
-            for x in lossy) + '.',
+            '%g%%, %s: %s' % (x, scale, side_by_side(
+                [t for t in trials if t.values['loss_pct'] == x
+                 and t.values['timescale'] == scale], 'fraction'))
+            for x in lossy for scale in scales) + '.',
         '![random loss](%s)' % ctx.link(image)])
 
+
+def _not_applied(trials: list[Trial]) -> str:
+    """A profile row of a transport that could not apply it."""
+    profiled = [t for t in trials if t.values['timescale'] != timescale_label(None)]
+    if profiled and not any(t.values['profile_applied'] for t in profiled):
+        return ' (not applied: no delay stage in the kernel, no netem)'
+    return ''
