@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import time
 from dataclasses import dataclass
 
 from testbed.bench import charts
@@ -23,7 +22,7 @@ from testbed.bench.harness import (BenchContext, SectionResult, Trial, goodput_m
                            md_table, rejected_note, retried_note, run_trial,
                            scenario, spread)
 from testbed.fabric.net import FabricNet
-from testbed.workload.endpoint_flows import EndpointFlows
+from testbed.workload.base_rtt import measure_base_rtt
 from testbed.fabric.faults.catalogue import FAULT_KINDS
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.workload.metrics import RECOVERED_FRACTION, percentile, recovery_time
@@ -131,8 +130,8 @@ def run(ctx: BenchContext) -> SectionResult:
     failures = plan_failures(ctx)
     trials: list[Trial] = []
     with FabricNet(fabric_spec(TOPOLOGY, RATE_MBIT)) as fab:
-        rtt = base_rtt(fab)
-        ctx.say(KEY, 'base RTT h1 -> h16 (1 KB MRC write, idle): %.1f ms'
+        rtt = measure_base_rtt(fab, samples=30, pair=(SRC, DST))
+        ctx.say(KEY, 'base RTT h1 -> h16 (one-packet MRC write, idle): %.1f ms'
                 % (rtt * 1e3))
         for n, failure in enumerate(failures, 1):
             for transport in TRANSPORTS:
@@ -220,25 +219,6 @@ def bypass(run, failure: Failure, target: dict | None, plan) -> float | None:
              and e['path'] in dead and e['new'] == 'ASSUMED_BAD'
              and failure.at <= e['t'] < end]
     return max(times) - failure.at if times else None
-
-
-def base_rtt(fab, samples: int = 30) -> float:
-    """Median time from posting a 1 KB MRC write to its completion on the
-    idle fabric: one round trip through the emulator and both endpoints."""
-    flows = EndpointFlows(fab, 'mrc', seed=1)
-    try:
-        flows.prepare([(SRC, DST, 1000)])
-        times = []
-        for i in range(samples + 3):
-            t0 = time.monotonic()
-            flows.start(i, SRC, DST, 1000)
-            while flows.status(i) == 'running' and time.monotonic() - t0 < 1:
-                flows.poll()
-            if flows.status(i) == 'done' and i >= 3:     # 3 to warm up
-                times.append(time.monotonic() - t0)
-        return statistics.median(times)
-    finally:
-        flows.close()
 
 
 def summary(t: Trial) -> dict:

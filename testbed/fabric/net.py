@@ -98,6 +98,9 @@ class FabricNet:
         # spec's bw=), None on unshaped links. Drivers size their QPs on it.
         bw = spec.kwargs().get('bw')
         self.link_rate_bps: float | None = float(bw) * 1e6 if bw else None
+        # The idle base RTT, once something measured it
+        # (workload.base_rtt; a hardware profile's delay is made up from it).
+        self.measured_base_rtt_s: float | None = None
         self.workdir: Path | None = None    # made once the run lock is ours
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None

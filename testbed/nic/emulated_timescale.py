@@ -124,10 +124,10 @@ def fabric_qp_profile(transport: str, link_rate_bps: float | None,
 
 
 def fabric_time(profile: HardwareProfile, link_rate_bps: float,
-                path_links: int) -> EmulatedTime:
-    """How a fabric shaped to `link_rate_bps` stands for `profile`."""
-    return emulate(profile, packet_time_s(link_rate_bps),
-                   base_rtt_s(link_rate_bps, path_links))
+                measured_rtt_s: float) -> EmulatedTime:
+    """How a fabric shaped to `link_rate_bps`, whose idle base RTT was
+    measured at `measured_rtt_s`, stands for `profile`."""
+    return emulate(profile, packet_time_s(link_rate_bps), measured_rtt_s)
 
 
 def packet_time_s(link_rate_bps: float) -> float:

@@ -20,6 +20,7 @@ from testbed.fabric.packet_capture import PacketCapture, capture_points
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.nic.emulated_timescale import base_rtt_s, fabric_time
 from testbed.nic.hardware_profile import HARDWARE_PROFILES, EmulatedTime
+from testbed.workload.base_rtt import measure_base_rtt
 from testbed.workload.emulation_health import HealthSample, health_between
 from testbed.workload.switch_counters import SwitchCounters
 from testbed.workload.transports import transport
@@ -193,7 +194,10 @@ class TransportRunner:
         self.run.base_rtt_s = base_rtt_s(rate, links)
         if not self.sc.hardware or not rate:
             return None
-        timescale = fabric_time(HARDWARE_PROFILES[self.sc.hardware], rate, links)
+        if fab.measured_base_rtt_s is None:     # once per fabric, idle
+            fab.measured_base_rtt_s = measure_base_rtt(fab)
+        timescale = fabric_time(HARDWARE_PROFILES[self.sc.hardware], rate,
+                                fab.measured_base_rtt_s)
         applied = transport(self.run.transport).family == 'endpoint'
         self.run.timescale = dict(timescale.describe(), applied=applied)
         if not applied:
