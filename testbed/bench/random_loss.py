@@ -38,14 +38,18 @@ def faults(loss_pct: float, plan) -> list[dict]:
 # Read after the section's figures in BENCHMARKS.md.
 LIMITS = '''**What limits these figures.** MRC acknowledges selectively and resends
 only what was lost, on other entropy values; NSCC takes one packet off the
-window per loss. With about 25 packets in flight here (10 Mbit/s, a few ms
-of RTT) a hole is refilled within an RTT, so MRC keeps most of its
-throughput; the paper's "about a third at 1%" is at hardware rates, where
-the window is thousands of packets and losses come far more often per RTT.
-RC resends go-back-N from every lost packet (see *retransmitted*), which is
-what makes RoCE unusable on hardware; with a small window here it costs a
-fifth at 1%. Kernel TCP (SACK, CUBIC) on a single 10 Mbit/s path with a tiny
-bandwidth-delay product loses almost nothing.'''
+window per loss, so MRC keeps nearly all its throughput on both timescales.
+RC resends go-back-N from every lost packet (see *retransmitted*): what that
+costs grows with the packets in flight. On the fabric's own timescale (an
+idle RTT of a few ms, a handful of packets per port) a resent window is
+small; under the hardware profile (40 packets per port, as the paper's
+100G ports with 4 KB packets and a 13 us RTT) each loss resends about a
+window, and RC falls to about two thirds at 1%. The paper's "RoCE unusable
+at 1%" is at hardware windows of thousands of packets per QP (many QPs,
+800G NICs); one QP on one 100G port keeps 40, so the emulated figure is an
+upper bound for RC. Kernel TCP (SACK, CUBIC) has no delay stage, so it runs
+on the fabric's own small bandwidth-delay product under both, and loses
+almost nothing.'''
 
 
 def run(ctx: BenchContext) -> SectionResult:

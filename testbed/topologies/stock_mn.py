@@ -67,6 +67,16 @@ def _refuse(message: str) -> None:
     raise SystemExit(2)
 
 
+def _abandon(message: str) -> None:
+    """Stop mn once it has built something. SystemExit again (see _refuse):
+    what mn built is left for `mrc-testbed clean`, which removes only what
+    is ours, the names of these topologies."""
+    print('mn: %s\nmn: stopped; run `mrc-testbed clean` to remove this '
+          "network (mn -c would delete every OVS bridge on the machine)"
+          % message, file=sys.stderr)
+    raise SystemExit(1)
+
+
 def built_spec(option: str) -> str:
     if _Built.spec is None:
         _refuse('%s serves the topologies of testbed/topologies (loaded with '
@@ -114,8 +124,8 @@ def run_testbed(*args: str) -> None:
     result = subprocess.run([testbed_python(), '-m', *args], cwd=CODE_ROOT,
                             capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError('%s failed: %s' % (' '.join(args[:2]),
-                                              result.stderr.strip()[-2000:]))
+        _abandon('%s failed: %s' % (' '.join(args[:2]),
+                                    result.stderr.strip()[-2000:]))
 
 
 class MrcHost(Host):
@@ -179,8 +189,8 @@ class MrcController(RemoteController):
         with open(os.path.join(self.logdir, 'controller.log')) as f:
             tail = f.read()[-2000:]
         self.stop()
-        raise RuntimeError('the mrc controller did not listen on '
-                           '127.0.0.1:%d:\n%s' % (self.port, tail))
+        _abandon('the mrc controller did not listen on 127.0.0.1:%d:\n%s'
+                 % (self.port, tail))
 
     def stop(self, *args, **kwargs) -> None:
         if self.process is not None:
