@@ -78,7 +78,7 @@ def test_isolation_check_catches_a_packet_on_the_wrong_plane(fabric_factory):
 
 
 def test_bandwidth_is_shaped_with_htb(fabric_factory):
-    fab = fabric_factory('leafspine,leaves=2,spines=1,hosts=1,planes=1,bw=20')
+    fabric_factory('leafspine,leaves=2,spines=1,hosts=1,planes=1,bw=20')
     out = subprocess.run(['tc', 'qdisc', 'show', 'dev', 'p1l0-eth1'],
                          capture_output=True, text=True).stdout
     assert 'htb' in out

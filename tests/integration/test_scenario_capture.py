@@ -1,7 +1,6 @@
 """A scenario's `capture:` key on a real fabric: pcaps in the results
 directory that tshark reads with the MRC dissector, cut at the snap length,
 and no tcpdump left running, whether the run ends well or not."""
-import subprocess
 
 import pytest
 
