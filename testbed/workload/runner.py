@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import time
 from contextlib import contextmanager, nullcontext
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,8 @@ class TransportRunner:
         self.t0 = 0.0
         self._last_total = 0
         self._last_planes: dict[int, int] = {}
+        self._current: list[FlowRecord] = []       # the running phase's flows
+        self._waiting: deque[FlowRecord] = deque()  # ... not started yet, by start time
 
     def execute(self, build_workload, make_injector,
                 fabric: FabricNet | None = None) -> TransportRun:
@@ -277,25 +280,28 @@ class TransportRunner:
     def _start_phase(self, driver, records, phase: int) -> None:
         now = time.monotonic() - self.t0
         self.run.phase_times.append((now, float('nan')))
-        for rec in records:
-            if rec.phase == phase:
-                rec.due = now + rec.start_offset
+        # The loop turns thousands of times a second: each turn looks at
+        # this phase's flows only, and at the waiting ones by start time.
+        self._current = [r for r in records if r.phase == phase]
+        for rec in self._current:
+            rec.due = now + rec.start_offset
+        self._waiting = deque(sorted(self._current, key=lambda r: r.due))
         self._start_due(driver, records, now)
 
     def _start_due(self, driver, records, now: float) -> None:
-        for rec in records:
-            if rec.status == 'pending' and rec.due is not None \
-                    and rec.due <= now:
-                info = driver.start(rec.flow_id, rec.src, rec.dst, rec.size)
-                rec.status, rec.started = 'running', now
-                self._log({'event': 'flow_start', 'flow': rec.flow_id,
-                           'src': rec.src, 'dst': rec.dst, 'bytes': rec.size,
-                           'phase': rec.phase, **info})
+        waiting = self._waiting
+        while waiting and waiting[0].due <= now:
+            rec = waiting.popleft()
+            info = driver.start(rec.flow_id, rec.src, rec.dst, rec.size)
+            rec.status, rec.started = 'running', now
+            self._log({'event': 'flow_start', 'flow': rec.flow_id,
+                       'src': rec.src, 'dst': rec.dst, 'bytes': rec.size,
+                       'phase': rec.phase, **info})
 
     def _advance(self, driver, records, phase: int, now: float) -> int | None:
         """Next phase once this one is over; None when the job is over."""
-        current = [r for r in records if r.phase == phase]
-        if any(r.status == 'pending' for r in current):
+        current = self._current
+        if self._waiting:
             return phase
         for rec in current:
             if rec.status == 'running':
