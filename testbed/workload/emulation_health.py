@@ -2,6 +2,7 @@
 OVS's own counters; a result taken on a saturated emulator is flagged."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -11,6 +12,13 @@ BUSY_LIMIT = 0.95          # of all cores, machine-wide
 PROCESS_LIMIT = 0.8        # of one core: past it the endpoint loop's own
                            # delay drives MRC goodput down (bench/, section 5)
 DROP_LIMIT = 0.001         # of the datapath's packets, dropped unread
+# Of the run's wall time, spent runnable but waiting for a CPU, by the endpoint
+# loop or by ovs-vswitchd: time the machine's other work took from the
+# emulation. Each wait is a scheduler slice (milliseconds), a real fraction of
+# the base RTT, so past this share the packets' timing is the scheduler's.
+# Quiet, the default scenario waits ~3 %; beside a process that keeps one of
+# two cores busy, 39 % (docs/reliability.md).
+WAIT_LIMIT = 0.1
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -27,6 +35,32 @@ def _datapath_counters() -> tuple[int, int]:
     looked_up = sum(int(a) + int(b) for a, b in
                     re.findall(r'hit:(\d+) missed:(\d+)', out))
     return looked_up, sum(int(x) for x in re.findall(r'lost:(\d+)', out))
+
+
+def _run_queue_wait_ns(pid: int | str) -> int:
+    """How long the threads of `pid` have waited, runnable, for a CPU (the
+    kernel's schedstat run_delay): the time another process took from them.
+    0 for a process that is gone."""
+    total = 0
+    try:
+        tasks = os.listdir('/proc/%s/task' % pid)
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            with open('/proc/%s/task/%s/schedstat' % (pid, task)) as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue                  # a thread that ended meanwhile
+    return total
+
+
+def _vswitchd_pid() -> str | None:
+    try:
+        with open('/var/run/openvswitch/ovs-vswitchd.pid') as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def _unread_drops() -> int:
@@ -47,12 +81,16 @@ class HealthSample:
     lost: int
     packets: int = 0
     unread: int = 0
+    endpoint_wait_ns: int = 0     # run-queue wait of this process's threads
+    vswitchd_wait_ns: int = 0     # ... and of ovs-vswitchd's
 
     @classmethod
     def now(cls) -> 'HealthSample':
         packets, lost = _datapath_counters()
+        vswitchd = _vswitchd_pid()
         return cls(time.monotonic(), time.process_time(), _cpu_ticks(),
-                   lost, packets, _unread_drops())
+                   lost, packets, _unread_drops(), _run_queue_wait_ns('self'),
+                   _run_queue_wait_ns(vswitchd) if vswitchd else 0)
 
 
 def health_between(start: HealthSample, end: HealthSample,
@@ -65,12 +103,19 @@ def health_between(start: HealthSample, end: HealthSample,
     lost = end.lost - start.lost
     unread = end.unread - start.unread
     packets = end.packets - start.packets
+    endpoint_wait = (end.endpoint_wait_ns - start.endpoint_wait_ns) / 1e9 / wall
+    vswitchd_wait = (end.vswitchd_wait_ns - start.vswitchd_wait_ns) / 1e9 / wall
     saturation = []
     if machine_busy > BUSY_LIMIT:
         saturation.append('machine CPU %.0f%% busy' % (100 * machine_busy))
     if process > PROCESS_LIMIT:
         saturation.append('endpoint loop used %.0f%% of a core'
                           % (100 * process))
+    for who, waited in (('endpoint loop', endpoint_wait),
+                        ('ovs-vswitchd', vswitchd_wait)):
+        if waited > WAIT_LIMIT:
+            saturation.append('%s waited %.0f%% of the run for a CPU (other '
+                              'work on the machine)' % (who, 100 * waited))
     if lost:
         saturation.append('OVS datapath lost %d upcalls' % lost)
     if unread > DROP_LIMIT * max(1, packets + unread):
@@ -79,6 +124,8 @@ def health_between(start: HealthSample, end: HealthSample,
     reasons = saturation + ['kernel lacks %s' % f for f in missing_features]
     return {'machine_cpu_busy': round(machine_busy, 3),
             'endpoint_process_cpu': round(process, 3),
+            'endpoint_cpu_wait': round(endpoint_wait, 3),
+            'vswitchd_cpu_wait': round(vswitchd_wait, 3),
             'ovs_lost_upcalls': lost, 'datapath_packets': packets,
             'datapath_unread_drops': unread,
             'missing_features': missing_features,

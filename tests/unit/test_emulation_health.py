@@ -1,0 +1,63 @@
+"""The health gate's run-queue wait: read from the kernel's scheduler statistics, it sees
+a process that competes for this process's CPU, and the gate turns it into a reason."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed.workload.emulation_health import (
+    WAIT_LIMIT, HealthSample, _run_queue_wait_ns, health_between)
+
+SPIN_S = 0.6
+
+
+def spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def waited_while_spinning(competitor: bool) -> float:
+    """Share of SPIN_S this process waited for its one CPU, spinning beside a busy loop
+    pinned to the same CPU (or alone)."""
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    hog = None
+    try:
+        if competitor:
+            hog = subprocess.Popen([sys.executable, '-c', 'import os; os.sched_setaffinity('
+                                    '0, {%d})\nwhile True: pass' % cpu])
+            time.sleep(0.2)                  # it runs before the measurement starts
+        start = _run_queue_wait_ns('self')
+        spin(SPIN_S)
+        return (_run_queue_wait_ns('self') - start) / 1e9 / SPIN_S
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+        os.sched_setaffinity(0, before)
+
+
+def test_a_process_sharing_the_cpu_shows_as_wait():
+    if not os.path.exists('/proc/self/task/%d/schedstat' % os.getpid()):
+        pytest.skip('kernel without scheduler statistics')
+    # Two busy loops on one CPU get about half each (CFS): this one waits about as long
+    # as it runs. Alone it waits for nothing but the odd kernel thread.
+    assert waited_while_spinning(competitor=True) > 0.3
+    assert waited_while_spinning(competitor=False) < WAIT_LIMIT
+
+
+def test_the_gate_names_who_waited():
+    start = HealthSample(0.0, 0.0, (1000, 600), 0, 10, 0, 0, 0)
+    end = HealthSample(1.0, 0.4, (1400, 800), 0, 5010, 0,
+                       endpoint_wait_ns=int(0.3e9), vswitchd_wait_ns=int(0.05e9))
+    health = health_between(start, end, [])
+    assert health['endpoint_cpu_wait'] == 0.3 and health['vswitchd_cpu_wait'] == 0.05
+    assert not health['trusted']
+    assert health['reasons'] == [
+        'endpoint loop waited 30% of the run for a CPU (other work on the machine)']
