@@ -12,9 +12,10 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="$repo/.venv"
 apt_packages=(mininet openvswitch-switch iproute2 nftables ethtool tcpdump
               iputils-ping procps psmisc kmod python3-venv python3-pip
-              util-linux clang llvm libbpf-dev linux-libc-dev tshark)
+              util-linux clang llvm libbpf-dev linux-libc-dev tshark gcc python3-dev)
 # clang, llvm, libbpf-dev, linux-libc-dev: the switch-port eBPF program
-# (testbed/fabric/switch_port.c) and its headers; util-linux: nsenter, mount.
+# (testbed/fabric/switch_port.c) and its headers; util-linux: nsenter, mount;
+# gcc, python3-dev: the compiled endpoint core (testbed/native_build.py).
 
 say() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -68,12 +69,12 @@ if [ ! -x "$venv/bin/python" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
 stamp="$venv/.requirements.sha256"
-want=$(cat "$repo/requirements.txt" "$repo/requirements-test.txt" "$repo/pyproject.toml" \
-  | sha256sum | cut -d' ' -f1)
+want=$(cat "$repo/requirements.txt" "$repo/requirements-test.txt" \
+  "$repo/requirements-build.txt" "$repo/pyproject.toml" | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python dependencies"
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$repo/requirements.txt" \
-    -r "$repo/requirements-test.txt" 2>&1 \
+    -r "$repo/requirements-test.txt" -r "$repo/requirements-build.txt" 2>&1 \
     | { grep -v "is ignored: it is neither a file nor a directory" || true; }
   # Editable from pyproject.toml (PEP 660): setuptools >= 64, which pip
   # fetches for the build (Debian 12's venv has 66.1).
@@ -109,6 +110,11 @@ fi
 # is missing.
 (cd "$repo" && "$venv/bin/python" -m testbed.fabric.switch_port build >/dev/null) \
   || say "warning: the switch-port eBPF program did not build (see mrc-testbed doctor)"
+
+# The compiled endpoint core (docs/endpoint-core.md), built once per state of testbed/nic
+# (build/native/, about a minute). Without it the Python sources run, at half the speed.
+(cd "$repo" && "$venv/bin/python" -m testbed.native_build >/dev/null) \
+  || say "warning: the compiled endpoint core did not build; the endpoints run as Python (see mrc-testbed doctor)"
 
 # The MRC dissector, linked into Wireshark's global Lua plugins folder so that every
 # user's Wireshark and tshark on this machine dissect MRC (docs/wire-format.md).

@@ -146,8 +146,13 @@ def _need_root(what: str) -> int | None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from testbed.fabric.features import all_features
-    features = all_features()
+    from testbed import native_core
+    from testbed.fabric.features import Feature, all_features
+    core = native_core.status()
+    features = all_features() + [Feature(
+        'compiled endpoint core', core == 'compiled', core,
+        'the endpoints run as Python, about half as fast per packet: the health gate '
+        'trips at lower link rates (bash scripts/setup.sh builds it)')]
     if args.json:
         print(json.dumps([f.__dict__ for f in features], indent=2))
         return EXIT_OK

@@ -12,12 +12,14 @@ where the emulation stops being faithful.
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
 import socket
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -29,6 +31,7 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
+from testbed import native_core  # noqa: E402
 from testbed.bench import charts, endpoint_core  # noqa: E402
 from testbed.bench.fabric_build import (measure as measure_build,  # noqa: E402
                                 vswitchd_pid)
@@ -484,28 +487,59 @@ def measure_endpoint(ctx: BenchContext) -> dict:
     lock = RunLock()
     lock.acquire()
     try:
-        result = {'size_mib': size_mib, 'runs': repeat}
+        result: dict = {'size_mib': size_mib, 'runs': repeat,
+                        'core': native_core.status()}
         for cc in ('none', 'nscc'):
-            runs = endpoint_core.measure(size_mib, repeat, cc)
-            result[cc] = {k: statistics.median(r[k] for r in runs)
-                          for k in runs[0]}
-            result[cc]['best_pps'] = max(r['total_pps'] for r in runs)
-            ctx.say(KEY, 'endpoint core, CC %s: %.0f pkt/s (best %.0f)' % (
-                cc, result[cc]['total_pps'], result[cc]['best_pps']))
+            result[cc] = _medians(endpoint_core.measure(size_mib, repeat, cc))
+            ctx.say(KEY, 'endpoint core (%s), CC %s: %.0f pkt/s (best %.0f)' % (
+                result['core'], cc, result[cc]['total_pps'],
+                result[cc]['best_pps']))
+        if result['core'] == 'compiled':     # the sources, side by side
+            result['python'] = {cc: _medians(_python_core_runs(
+                size_mib, repeat, cc)) for cc in ('none', 'nscc')}
+            ctx.say(KEY, 'endpoint core (python), CC nscc: %.0f pkt/s'
+                    % result['python']['nscc']['total_pps'])
     finally:
         lock.release()
     return result
 
 
+def _medians(runs: list[dict]) -> dict:
+    out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    out['best_pps'] = max(r['total_pps'] for r in runs)
+    return out
+
+
+def _python_core_runs(size_mib: int, repeat: int, cc: str) -> list[dict]:
+    """endpoint_core's runs with the Python sources (another process: this
+    one has the compiled core loaded)."""
+    done = subprocess.run(
+        [sys.executable, '-m', 'testbed.bench.endpoint_core', '--json',
+         '--size', str(size_mib), '--repeat', str(repeat), '--cc', cc],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, native_core.ENV: 'python'})
+    return json.loads(done.stdout)['runs']
+
+
 def endpoint_text(endpoint: dict) -> str:
+    cores = [(endpoint.get('core', 'python'), endpoint)]
+    if 'python' in endpoint:
+        cores.append(('python (the sources)', endpoint['python']))
     table = md_table(
-        ['congestion control', 'data pkt/s', 'SACK/s', 'packets/s',
+        ['core', 'congestion control', 'data pkt/s', 'SACK/s', 'packets/s',
          'best run', 'payload'],
-        [(label, f"{r['data_pps']:,.0f}", f"{r['sack_pps']:,.0f}",
+        [(core, label, f"{r['data_pps']:,.0f}", f"{r['sack_pps']:,.0f}",
           f"{r['total_pps']:,.0f}", f"{r['best_pps']:,.0f} pkt/s",
           f"{r['mib_s']:.0f} MiB/s")
-         for label, r in (('none', endpoint['none']),
-                          ('NSCC', endpoint['nscc']))])
+         for core, figures in cores
+         for label, r in (('none', figures['none']),
+                          ('NSCC', figures['nscc']))])
+    ratio = ('' if 'python' not in endpoint else
+             f"- The compiled core (`docs/endpoint-core.md`) moves "
+             f"{endpoint['nscc']['total_pps'] / endpoint['python']['nscc']['total_pps']:.1f}× "
+             f"the packets of the Python sources per core with NSCC "
+             f"({endpoint['none']['total_pps'] / endpoint['python']['none']['total_pps']:.1f}× "
+             f"without CC), measured one after the other in this run.")
     return '\n\n'.join([
         '### Endpoint packets/s per core',
         COMMAND,
@@ -521,7 +555,7 @@ def endpoint_text(endpoint: dict) -> str:
         "core's worth, bounded by Python's per-call overhead. An emulated run "
         "drives all its hosts' endpoints from one such thread, which also "
         "makes every socket system call: this is its ceiling, whatever the "
-        "number of cores."])
+        "number of cores.", *([ratio] if ratio else [])])
 
 
 # -- 4. where fidelity stops ------------------------------------------------
@@ -731,7 +765,7 @@ def bigger_machine_paragraph(capacities: list[dict], endpoint: dict,
             f"build offers `afxdp` interfaces; the userspace datapath runs one "
             f"PMD thread per core of `pmd-cpu-mask`) — not tried here. The "
             f"endpoint side does not scale with cores at all: one run is one "
-            f"Python thread for all its hosts, ~{nscc['total_pps']:,.0f} "
+            f"thread for all its hosts, ~{nscc['total_pps']:,.0f} "
             f"packets/s with NSCC on one core (measured above, before any "
             f"socket system call), ~{nscc['mib_s']:.0f} MiB/s of payload for "
             f"the whole run whatever the core count.")

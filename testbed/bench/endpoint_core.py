@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import statistics
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 if not __package__:            # run as a script: the repository is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from testbed import native_core  # noqa: E402
 from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig  # noqa: E402
 from testbed.nic.ev_table import EvTableConfig  # noqa: E402
 from testbed.nic.loopback import Loopback  # noqa: E402
@@ -88,6 +90,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30, help="functions shown with --profile")
     parser.add_argument("--cc", choices=("none", "nscc"), default="none",
                         help="congestion control of the QPs (default none, as in the test)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the runs and the core that ran them as JSON")
     args = parser.parse_args()
     if args.profile:
         size = args.size << 20
@@ -99,8 +103,12 @@ def main() -> None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
         return
     runs = measure(args.size, args.repeat, args.cc)
+    if args.json:
+        print(json.dumps({"core": native_core.status(), "runs": runs}))
+        return
     first = runs[0]
-    print(f"sans-IO core, sender+receiver on one core, CC {args.cc}: {args.size} MiB WRITE = "
+    print(f"sans-IO core ({native_core.status()}), sender+receiver on one core, CC {args.cc}: "
+          f"{args.size} MiB WRITE = "
           f"{first['data_packets']:.0f} data packets + {first['sacks']:.0f} SACKs, "
           f"{args.repeat} runs")
     report("best", max(runs, key=lambda r: r["total_pps"]))

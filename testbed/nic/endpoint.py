@@ -161,13 +161,13 @@ class Endpoint:
         # EV probes are connectionless; answer on a reverse route of any QP to the prober.
         if not isinstance(pkt, EvProbe):
             return
-        qp = next((q for q in self._qp_list if q.responder is not None
-                   and q.rtr.dest_addr == src_addr), None)
-        if qp is None:
+        responder = next((q.responder for q in self._qp_list if q.responder is not None
+                          and q.rtr is not None and q.rtr.dest_addr == src_addr), None)
+        if responder is None:
             self.ev_probes_unanswerable += 1
             return
         reply = EvProbeReply(pkt.req_id, pkt.ev, pkt.port, plane, pkt.tx_timestamp).encode()
-        route = qp.responder.reverse_route()
+        route = responder.reverse_route()
         self._endpoint_tx.append(Outgoing(route.path, route.plane, route.ev_id, reply, src_addr))
         self.ev_probes_answered += 1
 

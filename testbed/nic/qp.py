@@ -143,6 +143,7 @@ class QueuePair:
                           field="state")
         with_imm = opcode is WrOpcode.RDMA_WRITE_WITH_IMM
         self._check_write(data, remote_offset, rkey, imm, with_imm)
+        assert self.requester is not None      # built on the move to RTS
         self.requester.post(wr_id, memoryview(data).cast("B"), remote_offset, rkey,
                             imm if with_imm else None, signaled)
 
@@ -150,8 +151,9 @@ class QueuePair:
                      with_imm: bool) -> None:
         if with_imm != (imm is not None):
             raise QpError("imm must be given exactly for RDMA_WRITE_WITH_IMM", field="imm")
-        if with_imm and not 0 <= imm <= 0xFFFFFFFF:
+        if imm is not None and not 0 <= imm <= 0xFFFFFFFF:
             raise QpError(f"imm must be a u32, got {imm}", field="imm")
+        assert self.rts is not None
         if with_imm and self.rts.max_wimm == 0:
             raise QpError("WRITE_WITH_IMM on a QP with max_wimm 0", field="max_wimm")
         if len(data) > MAX_MESSAGE:
@@ -168,7 +170,8 @@ class QueuePair:
     # ------------------------------------------------------------------------- construction
 
     def _build_responder(self) -> None:
-        rtr, config = self.rtr, self.config
+        rtr, init, config = self.rtr, self.init, self.config
+        assert rtr is not None and init is not None   # set by the moves to RTR and INIT
         rng = random.Random(self._seed ^ 0x5EED)
         if self.transport != "mrc":
             self.pinned_route = self._pinned(rtr)
@@ -179,7 +182,7 @@ class QueuePair:
             qpn=self.qpn, rtr=rtr, config=config, placement=self._placement,
             recv_queue=self._recv_queue, recv_cq=self.recv_cq, counters=self.counters,
             reverse=reverse, in_order=self.transport == "rc", fail=self.fail,
-            cnp_interval_s=self.init.cc_profile.cnp_interval_s)
+            cnp_interval_s=init.cc_profile.cnp_interval_s)
 
     def _pinned(self, rtr: RtrAttrs) -> FixedRoute:
         sport = rocev2_source_port(self.qpn, rtr.dest_qp)
@@ -188,12 +191,14 @@ class QueuePair:
         return ecmp_route(rtr.paths_by_plane, self.local_addr, rtr.dest_addr, sport)
 
     def _build_requester(self) -> None:
-        self.cc = make_cc(self.init.cc_profile)
+        init, rtr, rts = self.init, self.rtr, self.rts
+        assert init is not None and rtr is not None and rts is not None   # INIT, RTR, RTS
+        self.cc = cc = make_cc(init.cc_profile)
         if self.transport == "mrc":
-            self.ev_table = EvTable(self.rtr.paths_by_plane, self.init.ev_table,
+            self.ev_table = EvTable(rtr.paths_by_plane, init.ev_table,
                                     random.Random(self._seed))
         self.requester = Requester(
-            qpn=self.qpn, rtr=self.rtr, rts=self.rts, config=self.config, cc=self.cc,
+            qpn=self.qpn, rtr=rtr, rts=rts, config=self.config, cc=cc,
             table=self.ev_table, pinned=self.pinned_route if self.ev_table is None else None,
             go_back_n=self.transport == "rc", send_cq=self.send_cq, counters=self.counters,
             fail=self.fail)
@@ -227,8 +232,9 @@ class QueuePair:
         responder = self.responder
         if responder is not None and responder.has_feedback:
             sent = responder.poll_tx(now, budget, out)
-        if self.state is _RTS and sent < budget:
-            sent += self.requester.poll_tx(now, budget - sent, out, free_planes)
+        requester = self.requester      # RTS has one (state and attributes move together)
+        if self.state is _RTS and sent < budget and requester is not None:
+            sent += requester.poll_tx(now, budget - sent, out, free_planes)
         return sent
 
     def on_packet(self, now: float, pkt: Any, ev_id: int, ecn: bool = False) -> None:
@@ -236,23 +242,25 @@ class QueuePair:
         self._now = now
         kind = type(pkt)
         state = self.state
+        # RTR and RTS have a responder, RTS a requester (state and attributes move together).
+        responder, requester = self.responder, self.requester
         # Endpoint.on_packet hands in RxData / RxSack; callers may pass the public classes.
         is_data = kind is RxData or kind is DataPacket
         if is_data or kind is ReliabilityProbe:
-            if state is not _RTR and state is not _RTS:
+            if (state is not _RTR and state is not _RTS) or responder is None:
                 self.counters.dropped_not_ready += 1
             elif is_data:
-                self.responder.on_data(now, pkt, ev_id, ecn)
+                responder.on_data(now, pkt, ev_id, ecn)
             else:
-                self.responder.on_probe(now, pkt, ev_id, ecn)
-        elif state is not _RTS:
+                responder.on_probe(now, pkt, ev_id, ecn)
+        elif state is not _RTS or requester is None:
             self.counters.dropped_not_ready += 1
         elif kind is RxSack or kind is Sack:
-            self.requester.on_sack(now, pkt)
+            requester.on_sack(now, pkt)
         elif kind is Nack:
-            self.requester.on_nack(now, pkt)
+            requester.on_nack(now, pkt)
         elif kind is Cnp:
-            self.requester.on_cnp(now)
+            requester.on_cnp(now)
 
     def next_deadline(self) -> float | None:
         state = self.state
@@ -260,8 +268,9 @@ class QueuePair:
             return None
         responder = self.responder
         deadline = responder.next_deadline() if responder is not None else None
-        if state is _RTS:
-            candidate = self.requester.next_deadline()
+        requester = self.requester
+        if state is _RTS and requester is not None:
+            candidate = requester.next_deadline()
             if candidate is not None and (deadline is None or candidate < deadline):
                 deadline = candidate
         return deadline
@@ -272,7 +281,7 @@ class QueuePair:
             return
         if self.responder is not None:
             self.responder.on_timer(now)
-        if self.state is QpState.RTS:
+        if self.state is QpState.RTS and self.requester is not None:
             self.requester.on_timer(now)
 
     # ------------------------------------------------------------------------- stats
@@ -290,7 +299,7 @@ class QueuePair:
             "posted_receives": len(self._recv_queue),
         }
         out.update(self.counters.to_dict())
-        if self.requester is not None:
+        if self.requester is not None and self.cc is not None:   # built together
             out["requester"] = _jsonable(self.requester.stats())
             out["cc"] = _jsonable(self.cc.stats())
         if self.responder is not None:

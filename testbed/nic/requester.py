@@ -208,6 +208,7 @@ class Requester:
                 nbytes = payload
             if cc_limits and not cc.can_send(nbytes):
                 break
+            route: Any                        # an Ev or the pinned FixedRoute
             if table is not None:             # _pick(), inlined for the sprayed case
                 route = table.next_ev(None, self._free_planes, nbytes=nbytes, now=now)
             else:
@@ -289,6 +290,7 @@ class Requester:
         if table is not None:
             return table.next_ev(exclude, free, nbytes=nbytes, now=now)
         route = self._pinned
+        assert route is not None               # a QP has an EV table or one pinned route
         if free is not None and route.plane not in free:
             return None                        # its one port is busy: wait for it
         route.packets_sent += 1
@@ -418,6 +420,7 @@ class Requester:
 
     def _on_verdict(self, now: float, ev_id: int, verdict: Verdict, rtt: float | None) -> None:
         table = self._table
+        assert table is not None               # verdicts are read only with an EV table
         if self._loss_strikes:
             self._loss_strikes.pop(ev_id, None)     # the EV delivered: earlier holes were noise
         if verdict is _V_NONE:

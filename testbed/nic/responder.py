@@ -181,7 +181,9 @@ class Responder:
             self._refuse(pkt, ev_id, WcStatus.LOC_QP_OP_ERR, _PLACEMENT_TEXT[placed])
             return
         if with_imm:
-            heapq.heappush(self._stash, (index, pkt.imm, pkt.total_length))
+            imm = pkt.imm
+            assert imm is not None             # WRITE_WITH_IMM opcodes carry ImmDt
+            heapq.heappush(self._stash, (index, imm, pkt.total_length))
         window = self.window
         expected = window.expected
         in_sequence = index == expected and not window.ooo
@@ -236,6 +238,7 @@ class Responder:
     def _notify_congestion(self, now: float) -> None:
         """A CE-marked packet: one CNP to the requester, then none for this QP until the
         CNP interval has passed (DCQCN's notification point, Zhu et al. §3.1)."""
+        assert self._cnp_interval is not None  # on_data asks only with an interval
         self._next_cnp_at = now + self._cnp_interval
         self._feedback.append((_CNP, None))
 
@@ -341,7 +344,9 @@ class Responder:
             sent += 1
         return sent
 
-    def _remember_sack_route(self, index: int, route: FixedRoute) -> None:
+    def _remember_sack_route(self, index: int | None, route: FixedRoute) -> None:
+        if index is None:                      # a probe's SACK: no PSN to duplicate later
+            return
         sacked_on = self._sacked_on
         sacked_on[index] = route
         if len(sacked_on) > _SACK_ROUTE_MEMORY:

@@ -126,7 +126,9 @@ class SocketRuntime:
     def __init__(self, book: AddressBook,
                  tap: Callable[[float, Nic, Outgoing], None] | None = None,
                  port_rate_bps: float | None = None,
-                 rx_delay_s: float = 0.0) -> None:
+                 rx_delay_s: float = 0.0,
+                 rx_tap: Callable[[float, Nic, bytes, int, int, str, bool], None]
+                 | None = None) -> None:
         """`rx_delay_s`: the delay stage (`hardware_profile`): every packet
         received is held this long before its endpoint sees it, the
         propagation delay the links lack. One constant delay keeps arrival
@@ -144,6 +146,9 @@ class SocketRuntime:
         self.routed = book.addresses()   # paths that are routes (module doc)
         self.nics: list[Nic] = []
         self.tap = tap           # sees every packet sent (tests, tracing)
+        # ... and every packet received, as its endpoint will be handed it:
+        # (now, nic, MRC bytes, EV id, plane, source host, CE).
+        self.rx_tap = rx_tap
         self.port_rate_bps = port_rate_bps
         self.rx_delay_s = rx_delay_s
         if port_rate_bps:
@@ -236,7 +241,7 @@ class SocketRuntime:
         count = 0
         recvmsg, owner_of = nic.rx.recvmsg, self.book.owner
         on_packet, unpack_flowinfo = nic.endpoint.on_packet, FLOWINFO.unpack
-        delay, held = self.rx_delay_s, nic.held
+        delay, held, rx_tap = self.rx_delay_s, nic.held, self.rx_tap
         while count < RX_BUDGET:
             try:
                 data, ancdata, _flags, (src, sport, _flow, _scope) = recvmsg(
@@ -257,6 +262,8 @@ class SocketRuntime:
             ce = (flowinfo >> 20) & ECN_MASK == ECN_CE
             args = (data, sport_flowlabel_to_ev(sport, flowinfo & FLOW_LABEL_MASK),
                     owner[1], owner[0], ce)
+            if rx_tap is not None:
+                rx_tap(now, nic, *args)
             if delay:
                 held.append((now + delay, args))
             else:

@@ -19,8 +19,8 @@ Transport = Literal["mrc", "rc", "ecmp"]
 TRANSPORTS: tuple[Transport, ...] = ("mrc", "rc", "ecmp")
 # Each transport's congestion control unless a scenario chooses another (a registered
 # algorithm name, testbed.nic.cc): MRC's NSCC; DCQCN for the RoCE baselines, as deployed.
-DEFAULT_CC: Mapping[Transport, str] = {"mrc": NSCC_ALGORITHM, "rc": DCQCN_ALGORITHM,
-                                       "ecmp": DCQCN_ALGORITHM}
+DEFAULT_CC: Mapping[str, str] = {"mrc": NSCC_ALGORITHM, "rc": DCQCN_ALGORITHM,
+                                  "ecmp": DCQCN_ALGORITHM}
 
 
 @dataclass(frozen=True, slots=True)

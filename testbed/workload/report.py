@@ -71,7 +71,9 @@ def markdown(scenario, summary: dict[str, dict], plots: list[str],
                  scenario.topology, scenario.link_rate_mbit,
                  scenario.duration_s, scenario.seed,
                  ', quick form' if meta.get('quick') else ''),
-             '- run %s UTC on %s' % (meta['started_utc'], meta['machine']), '',
+             '- run %s UTC on %s; endpoint core: %s' % (
+                 meta['started_utc'], meta['machine'],
+                 meta.get('endpoint_core', 'not recorded')), '',
              '| ' + ' | '.join(names) + ' |',
              '|' + '---|' * len(names)]
     for transport, m in summary.items():

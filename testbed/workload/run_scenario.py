@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from testbed import native_core
 from testbed.fabric.net import FabricNet
 from testbed.workload import plots
 from testbed.fabric.faults.injector import FaultInjector
@@ -51,7 +52,8 @@ def run_scenario(scenario: Scenario, results_root: Path,
     summary = summarise(sc, runs, transports)
     meta = {'started_utc': started, 'quick': quick,
             'machine': '%s, %s, %d cores' % (platform.node(), platform.release(),
-                                              os.cpu_count() or 0)}
+                                              os.cpu_count() or 0),
+            'endpoint_core': native_core.status()}
     write_results(out, sc, runs, summary, meta)
     return out, summary
 

@@ -197,13 +197,11 @@ def test_ev_ids_beyond_16_bits_survive_the_round_trip(fat_tree):
                                                    ev_id_base=base))
     pair = Pair(fat_tree, size=1 << 20, profile=profile)
     received = set()            # the EV ids B's endpoint was handed
-    deliver = pair.b.on_packet
 
-    def spy(now, data, ev_id, plane, src_addr=None, ecn=False):
-        if data[0] in DATA_OPCODES:
+    def spy(now, nic, data, ev_id, plane, src_addr, ecn):
+        if nic.endpoint is pair.b and data[0] in DATA_OPCODES:
             received.add(ev_id)
-        deliver(now, data, ev_id, plane, src_addr, ecn)
-    pair.b.on_packet = spy
+    pair.rt.rx_tap = spy
     try:
         pair.post()
         assert pair.rt.run(pair.finished, timeout_s=60)
@@ -222,11 +220,10 @@ def test_the_receive_path_reads_the_ev_and_a_ce_mark_from_the_flow_info(fat_tree
     the EV from source port + flow label, ECN CE from the traffic class."""
     plan = fat_tree.plan
     book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
-    rt = SocketRuntime(book)
-    ep = Endpoint(DST)
     got = []
-    ep.on_packet = (lambda now, data, ev_id, plane, src_addr=None, ecn=False:
-                    got.append((ev_id, plane, src_addr, ecn)))
+    rt = SocketRuntime(book, rx_tap=lambda now, nic, data, ev_id, plane, src_addr, ecn:
+                       got.append((ev_id, plane, src_addr, ecn)))
+    ep = Endpoint(DST)
     me = book.address(DST, 1)
     sack = Sack(0x100, 5, 0).encode()
     sent = [(0b11, 0xFEDC1234), (0b10, 0x00010002), (0b01, 0xFFFF), (0, 7)]

@@ -166,6 +166,18 @@ def test_recovered_to_line_rate_stops_the_timer() -> None:
     assert cc.rate_bps == LINE and cc.target_bps == LINE and cc._rate_timer_due is None
 
 
+def test_the_byte_counter_can_finish_a_recovery() -> None:
+    # The timer out of reach: only bytes sent count stages, until the rate is back at the
+    # line rate, in the middle of one large transmission's byte stages.
+    cfg = config(alpha_period_s=1e9, rate_timer_s=1e9)
+    cc = Dcqcn(cfg)
+    cc.on_cnp(now=0.0)
+    assert cc.rate_bps < LINE
+    cc.on_transmit(1000 * cfg.byte_counter_bytes, now=0.001)
+    assert cc.rate_bps == LINE and cc._rate_timer_due is None
+    assert cc.counters.fast_recovery_steps + cc.counters.additive_increases < 1000
+
+
 def test_window_accounting_and_stats() -> None:
     cc = Dcqcn(config())
     cc.on_send(1000, 0.0)

@@ -22,15 +22,20 @@ ALLOWED = {
     'testbed.mrc_ctl': ('testbed.nic', 'testbed.fabric.usid_plan'),
     'testbed.kernel': ('testbed.fabric', 'testbed.nic'),
     'testbed.workload': ('testbed.fabric', 'testbed.nic', 'testbed.mrc_ctl',
-                         'testbed.kernel', 'testbed.topologies'),
+                         'testbed.kernel', 'testbed.topologies', 'testbed.native_core'),
     'testbed.shell': ('testbed.fabric', 'testbed.nic', 'testbed.mrc_ctl',
                       'testbed.workload'),
     'testbed.bench': ('testbed.fabric', 'testbed.nic', 'testbed.mrc_ctl',
-                      'testbed.kernel', 'testbed.workload', 'testbed.checkout'),
+                      'testbed.kernel', 'testbed.workload', 'testbed.checkout',
+                      'testbed.native_core'),
     'testbed.cli': ('testbed', 'testbed.bench'),
     # Where the source checkout is (stdlib only): what is written beside it.
     'testbed.checkout': (),
-    'testbed': (),          # the package itself (its __init__: the version)
+    # The compiled endpoint core: found beside the checkout; it reads testbed/nic's
+    # sources (to match a build to them) and imports none of them.
+    'testbed.native_core': ('testbed.checkout',),
+    'testbed.native_build': ('testbed.native_core',),
+    'testbed': ('testbed.native_core',),   # its __init__: the version, the core
 }
 
 

@@ -29,14 +29,8 @@ from testbed.nic.cc.dcqcn import (
     DcqcnConfigError,
     DcqcnCounters,
 )
-from testbed.nic.cc.nscc import (
-    NSCC_ALGORITHM,
-    Nscc,
-    NsccConfig,
-    NsccConfigError,
-    NsccCounters,
-    rtt_sample_is_unambiguous,
-)
+from testbed.nic.cc.nscc import NSCC_ALGORITHM, Nscc, NsccCounters, rtt_sample_is_unambiguous
+from testbed.nic.cc.nscc_config import NsccConfig, NsccConfigError
 from testbed.nic.cc.null import NullCc
 
 __all__ = [

@@ -225,7 +225,7 @@ class CcProfile:
     def __post_init__(self) -> None:
         if self.algorithm is None:
             object.__setattr__(self, "algorithm", NULL_ALGORITHM)
-        wanted = cc_algorithm(self.algorithm).config_type
+        wanted = cc_algorithm(self.algorithm or NULL_ALGORITHM).config_type
         if wanted is None and self.config is not None:
             raise CcConfigError(f"CcProfile.config: algorithm {self.algorithm!r} takes no "
                                 f"config, got {self.config!r}")

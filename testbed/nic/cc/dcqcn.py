@@ -292,15 +292,21 @@ class Dcqcn(Unlimited):
         # timing does not slow the QP below its rate; idle time earns no burst.
         start = max(self._next_send, now - wire * 8 / self.rate_bps)
         self._next_send = start + wire * 8 / self.rate_bps
-        if self._rate_timer_due is None:
+        if not self._recovering():
             return                              # at line rate: no increase to count
         self._bytes_toward_stage += wire
         while self._bytes_toward_stage >= self.config.byte_counter_bytes:
             self._bytes_toward_stage -= self.config.byte_counter_bytes
             self._byte_stage += 1
             self._increase()
-            if self._rate_timer_due is None:
+            if not self._recovering():
                 break
+
+    def _recovering(self) -> bool:
+        """Whether a cut is being recovered from (the rate timer runs). A method, not an
+        inline test: mypy keeps `self._rate_timer_due is None` narrowed across the
+        _increase() call that clears it, and the compiled core would trust that."""
+        return self._rate_timer_due is not None
 
     # -- stats ----------------------------------------------------------------------------
 

@@ -8,7 +8,10 @@ both sides refuse the same things.
 
 from __future__ import annotations
 
-from testbed.nic.wire.layout import EP_OP_QP, ONLY_OPCODES, Trim
+from testbed.nic.wire.layout import EP_OP_QP, ONLY_OPCODES
+
+# What a decoder reads: any byte buffer (a received datagram, a slice of a capture).
+Buffer = bytes | bytearray | memoryview
 
 
 class WireError(ValueError):
@@ -27,7 +30,7 @@ def check_dest_qp(dest_qp: int) -> None:
         raise WireError("destination QP 0x2 is reserved for endpoint operations")
 
 
-def check_data_lengths(opcode: int, trim: Trim, payload_len: int, total_length: int) -> None:
+def check_data_lengths(opcode: int, trim: int, payload_len: int, total_length: int) -> None:
     """A packet's payload must be consistent with its opcode and the whole WRITE's length."""
     if trim:  # Trim.NONE is 0
         if payload_len:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 from typing import Any, Callable
 
-from testbed.nic.wire.checks import WireError, check_data_lengths, check_dest_qp
+from testbed.nic.wire.checks import Buffer, WireError, check_data_lengths, check_dest_qp
 from testbed.nic.wire.layout import (
     BTH,
     BTH_FLAGS_OFFSET,
@@ -80,7 +80,7 @@ _VERDICT_BY_BITS = (Verdict.NONE, Verdict.SKIP_ONCE, Verdict.ALWAYS_SKIP, None)
 _TRIM_BY_BITS = (Trim.NONE, None, Trim.TRIMMED, Trim.TRIMMED_LASTHOP)
 
 
-def _check_crc(buf: bytes, end: int) -> None:
+def _check_crc(buf: Buffer, end: int) -> None:
     (crc,) = U32.unpack_from(buf, end)
     if zlib.crc32(memoryview(buf)[:end]) != crc:
         raise WireError("bad ICRC")
@@ -100,13 +100,13 @@ _new_tuple = tuple.__new__
 _ABSENT = (None,)  # appended to a data header's values: what its absent headers read as
 
 
-_Decoder = Callable[[bytes, int, Opcode, int, int, int], Any]
+_Decoder = Callable[[Buffer, int, Opcode, int, int, int], Any]
 
 
 def _data_decoder(make: Callable[..., Any]) -> _Decoder:
     """Data-packet decoder building its result with ``make`` (DataPacket or RxData)."""
 
-    def decode_data(buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int) -> Any:
+    def decode_data(buf: Buffer, n: int, opcode: Opcode, flags: int, dqp: int, psn: int) -> Any:
         trim = _TRIM_BY_BITS[flags >> 3 & 3]
         if trim is None:
             raise WireError("TRIMMED_LASTHOP flag without TRIMMED")
@@ -142,7 +142,7 @@ def _check_exact_length(kind: str, n: int, expected: int) -> None:
 def _sack_decoder(make: Callable[..., Any]) -> _Decoder:
     """SACK decoder building its result with ``make`` (Sack or RxSack)."""
 
-    def decode_sack(buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int) -> Any:
+    def decode_sack(buf: Buffer, n: int, opcode: Opcode, flags: int, dqp: int, psn: int) -> Any:
         if n != SACK_LEN:
             _check_exact_length("SACK", n, SACK_LEN)
         _check_crc(buf, n - ICRC_LEN)
@@ -165,7 +165,7 @@ def _sack_decoder(make: Callable[..., Any]) -> _Decoder:
 
 
 def _decode_nack(
-    buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
+    buf: Buffer, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
 ) -> Nack:
     _check_exact_length("NACK", n, NACK_LEN)
     _check_crc(buf, n - ICRC_LEN)
@@ -181,7 +181,7 @@ def _decode_nack(
 
 
 def _decode_reliability_probe(
-    buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
+    buf: Buffer, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
 ) -> ReliabilityProbe:
     has_ts = flags & FLAG_TIMESTAMP
     _check_exact_length("reliability probe", n, BTH_LEN + ICRC_LEN + (TSETH_LEN if has_ts else 0))
@@ -190,7 +190,7 @@ def _decode_reliability_probe(
     return ReliabilityProbe(dqp, psn, tx_timestamp)
 
 
-def _decode_cnp(buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int) -> Cnp:
+def _decode_cnp(buf: Buffer, n: int, opcode: Opcode, flags: int, dqp: int, psn: int) -> Cnp:
     _check_exact_length("CNP", n, CNP_PACKET_LEN)
     _check_crc(buf, n - ICRC_LEN)
     if psn or any(buf[BTH_LEN:BTH_LEN + CNP_BODY_LEN]):
@@ -199,7 +199,7 @@ def _decode_cnp(buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: i
 
 
 def _decode_ev_probe(
-    buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
+    buf: Buffer, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
 ) -> EvProbe:
     _check_exact_length("EV probe", n, EV_PROBE_PACKET_LEN)
     _check_crc(buf, n - ICRC_LEN)
@@ -210,7 +210,7 @@ def _decode_ev_probe(
 
 
 def _decode_ev_probe_reply(
-    buf: bytes, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
+    buf: Buffer, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
 ) -> EvProbeReply:
     _check_exact_length("EV probe reply", n, EV_PROBE_REPLY_PACKET_LEN)
     _check_crc(buf, n - ICRC_LEN)
@@ -253,7 +253,7 @@ def _check_destination(endpoint_op: bool, dqp: int, psn: int) -> None:
         raise WireError("reserved bits set in endpoint-operation request id")
 
 
-def decode(buf: bytes) -> Packet:
+def decode(buf: Buffer) -> Packet:
     """Decode the MRC bytes that follow the inner UDP header (BTH through ICRC).
 
     For any bytes-like input this returns a packet or raises WireError.
@@ -261,7 +261,7 @@ def decode(buf: bytes) -> Packet:
     return _decode(buf, _DISPATCH)
 
 
-def decode_received(buf: bytes) -> Packet | RxData | RxSack:
+def decode_received(buf: Buffer) -> Packet | RxData | RxSack:
     """decode() for the endpoint's receive path: same checks, same WireError, but data
     packets and SACKs come back as RxData / RxSack (same fields, cheaper to build).
 
@@ -271,6 +271,7 @@ def decode_received(buf: bytes) -> Packet | RxData | RxSack:
     decoder, which is the one place that explains what is wrong.
     """
     n = len(buf)
+    packet: RxData | RxSack | None
     if n >= MIN_DATA_PACKET_LEN and _plain_bytes(buf):
         opcode = _FAST_DATA_OPCODES.get(buf[0])
         if opcode is not None:
@@ -290,15 +291,16 @@ _SLOW_DATA_FLAGS = 0xFF & ~(FLAG_RETRANSMIT | FLAG_TIMESTAMP | FLAG_ACK_REQUEST)
 _TRIM_NONE = Trim.NONE
 
 
-def _plain_bytes(buf: bytes) -> bool:
+def _plain_bytes(buf: Buffer) -> bool:
     """Whether indexing and slicing ``buf`` is indexing and slicing its bytes, as the fast
     paths assume (other memoryview formats and strided views take the general decoder)."""
+    if isinstance(buf, memoryview):
+        return buf.format == "B" and buf.c_contiguous
     kind = type(buf)
-    return (kind is bytes or kind is bytearray
-            or (kind is memoryview and buf.format == "B" and buf.c_contiguous))
+    return kind is bytes or kind is bytearray
 
 
-def _fast_data(buf: bytes, n: int, opcode: Opcode) -> RxData | None:
+def _fast_data(buf: Buffer, n: int, opcode: Opcode) -> RxData | None:
     """An untrimmed, well-formed data packet, or None (the general decoder then decides)."""
     flags = buf[BTH_FLAGS_OFFSET]
     if flags & _SLOW_DATA_FLAGS:
@@ -329,7 +331,7 @@ def _fast_data(buf: bytes, n: int, opcode: Opcode) -> RxData | None:
                                (flags & FLAG_ACK_REQUEST) != 0, _TRIM_NONE))
 
 
-def _fast_sack(buf: bytes) -> RxSack | None:
+def _fast_sack(buf: Buffer) -> RxSack | None:
     """A well-formed SACK (length already checked), or None (the general decoder decides)."""
     (_, zero, pkey, word1, word2, sack_offset, sack_flags, mpr, bitmap, ev,
      trigger_psn, ts_echo, service_time_ns, ooo_count, pen, reserved2,
@@ -354,7 +356,7 @@ def _fast_sack(buf: bytes) -> RxSack | None:
                                ooo_count, pen, received_bytes))
 
 
-def _decode(buf: bytes, table: dict[int, tuple[Opcode, _Decoder, int, bool]]) -> Any:
+def _decode(buf: Buffer, table: dict[int, tuple[Opcode, _Decoder, int, bool]]) -> Any:
     n = len(buf)
     if n < BTH_LEN + ICRC_LEN:
         raise WireError(f"truncated packet: {n} bytes")

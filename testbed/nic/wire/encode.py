@@ -49,14 +49,14 @@ from testbed.nic.wire.layout import (
 
 _NACK_REASONS = frozenset(NackReason)
 _VERDICTS = frozenset(Verdict)
-_TRIM_FLAGS = {
+_TRIM_FLAGS: dict[int, int] = {
     Trim.NONE: 0,
     Trim.TRIMMED: FLAG_TRIMMED,
     Trim.TRIMMED_LASTHOP: FLAG_TRIMMED | FLAG_TRIMMED_LASTHOP,
 }
 
 
-def _seal(header: bytes, payload: bytes = b"") -> bytes:
+def _seal(header: bytes, payload: bytes | memoryview = b"") -> bytes:
     """Append the ICRC: zlib.crc32 over every MRC byte before it, big-endian."""
     crc = zlib.crc32(payload, zlib.crc32(header))
     return b"".join((header, payload, U32.pack(crc)))
@@ -95,12 +95,12 @@ def encode_data(
     remote_offset: int,
     rkey: int,
     total_length: int,
-    payload: bytes = b"",
+    payload: bytes | memoryview = b"",
     imm: int | None = None,
     tx_timestamp: int | None = None,
     retransmit: bool = False,
     ack_request: bool = False,
-    trim: Trim = Trim.NONE,
+    trim: int = Trim.NONE,
 ) -> bytes:
     """The bytes of DataPacket(same arguments).encode(); raises WireError likewise."""
     if opcode not in DATA_OPCODES:
@@ -145,7 +145,7 @@ def encode_sack(
     ev: int,
     sack_offset: int = 1,
     bitmap: int = 0,
-    verdict: Verdict = Verdict.NONE,
+    verdict: int = Verdict.NONE,
     mpr: int = 0,
     trigger_psn: int = 0,
     probe_reply: bool = False,
@@ -189,7 +189,7 @@ def encode_cnp(dest_qp: int) -> bytes:
 
 
 def encode_nack(
-    dest_qp: int, psn: int, reason: NackReason, ev: int, cack_psn: int,
+    dest_qp: int, psn: int, reason: int, ev: int, cack_psn: int,
     ts_echo: int | None = None,
 ) -> bytes:
     """The bytes of Nack(same arguments).encode(); raises WireError likewise."""

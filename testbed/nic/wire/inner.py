@@ -13,7 +13,7 @@ import struct
 from ipaddress import IPv6Address
 from typing import Union
 
-from testbed.nic.wire.checks import WireError
+from testbed.nic.wire.checks import Buffer, WireError
 from testbed.nic.wire.layout import INNER_HEADERS_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN, UDP_PORT
 
 EV_MASK = 0xFFFFFFFF
@@ -106,7 +106,7 @@ def build_inner(
     return header + mrc_bytes
 
 
-def parse_inner(buf: bytes, *, dport: int = UDP_PORT) -> tuple[bytes, bytes, int, bytes]:
+def parse_inner(buf: Buffer, *, dport: int = UDP_PORT) -> tuple[bytes, bytes, int, bytes]:
     """(src, dst, ev, mrc_bytes) of an inner IPv6 + UDP packet; addresses as 16 bytes."""
     if len(buf) < INNER_HEADERS_LEN:
         raise WireError(f"truncated inner headers: {len(buf)} bytes")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from testbed.nic.wire.checks import WireError
+from testbed.nic.wire.checks import Buffer, WireError
 from testbed.nic.wire.decode import decode
 from testbed.nic.wire.layout import Trim
 from testbed.nic.wire.packets import DataPacket
 
 
-def trim_data_packet(buf: bytes, *, last_hop: bool = False) -> bytes:
+def trim_data_packet(buf: Buffer, *, last_hop: bool = False) -> bytes:
     """What a trimming switch makes of an encoded data packet: headers kept, payload cut.
 
     The trim flags are set and the ICRC recomputed over what is left (an
