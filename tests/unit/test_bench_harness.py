@@ -73,3 +73,13 @@ def test_a_stopped_run_resumes_with_what_it_finished(tmp_path) -> None:
         ('failover', 'Failover', '| a |\n', {'n': 1}, 12.5)
     with pytest.raises(SystemExit, match='no sections.json'):
         resumed(tmp_path / 'elsewhere')
+
+
+def test_what_limits_paragraphs_are_marked_as_analysis() -> None:
+    """BENCHMARKS.md says its figures come from the run; the reasoning kept in
+    the sections' code is not measured by it, so each says so."""
+    from testbed.bench.report import limits
+    for key in SECTIONS:
+        text = limits(key).strip()
+        assert not text or text.startswith(
+            '**What limits these figures (analysis).**'), key
