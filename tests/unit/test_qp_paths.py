@@ -1,4 +1,4 @@
-"""Path failure and repair on a sprayed QP; reverse EVs; verdicts (reference §12 E5-E7, E13)."""
+"""Path failure and repair on a sprayed QP; reverse EVs; verdicts."""
 
 from __future__ import annotations
 
