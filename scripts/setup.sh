@@ -82,6 +82,23 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# Prove that the venv's interpreter imports the distribution's Mininet, every time (a
+# fraction of a second). Mininet 2.3.0 (Debian 12, Ubuntu 24.04) imports distutils,
+# which Python 3.12 (Ubuntu 24.04) no longer ships; only setuptools' shim provides it.
+if ! mininet_err=$("$venv/bin/python" -c 'import mininet.net' 2>&1); then
+  say "$venv/bin/python ($("$venv/bin/python" -V 2>&1)) cannot import Mininet:"
+  printf '%s\n' "$mininet_err" | tail -n 3 >&2
+  case $mininet_err in
+    *distutils*)
+      say "Mininet imports distutils, which Python >= 3.12 lacks: setuptools provides" \
+          "it (python3-setuptools, or setuptools in $venv)" ;;
+    *"No module named 'mininet'"*)
+      say "the mininet package is not installed, or $venv does not see the system" \
+          "site-packages (remove $venv and run this again)" ;;
+  esac
+  exit 1
+fi
+
 # No systemd on minimal machines and containers: start OVS ourselves, but
 # only when its daemons are not running. Daemons that are alive but slow to
 # answer (a busy machine) are waited for: starting them again would pull the

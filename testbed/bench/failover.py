@@ -110,20 +110,22 @@ class Failure:
         """Of the transfer's NIC capacity, once it has moved away."""
         return 0.5 if self.kind == 'nic_port_down' else 1.0
 
-# Read after the section's figures in BENCHMARKS.md.
-LIMITS = '''**What limits these figures.** MRC recovers when every entropy value
-crossing the failed element has timed out (per-packet timer 0.2 s on the
-emulated timescale; the QP's ACK timer runs at the same value) and NSCC has
-regrown the window: the bypass column, 25–30 RTTs. The paper's "few tens of
+# Read after the section's figures in BENCHMARKS.md (analysis: the figures
+# are the table's, the reasoning and the timers it names are the code's, not
+# measured by the run).
+LIMITS = '''**What limits these figures (analysis).** MRC recovers when every entropy
+value crossing the failed element has timed out (per-packet timer 0.2 s on
+the emulated timescale; the QP's ACK timer runs at the same value) and NSCC
+has regrown the window: the bypass column. The paper's "few tens of
 microseconds" on hardware is of the same order in RTTs (a hardware RTT is a
 few microseconds); in milliseconds ours is set by the emulated timescale.
-RC has one path and no steering: it waits for the link (2 s) and then for
+RC has one path and no steering: it waits for the link (%g s) and then for
 its retry timer, and resends go-back-N from the oldest unacknowledged
 packet; TCP waits for the link and then for its doubling retransmission
 timeout, about 1.5 s more. A lost NIC port kills the RC QP (retry counter
 exceeded) and stalls TCP for good; MRC moves to the other plane and keeps
 half, the capacity left, but finds the dead port only through timeouts (no
-port-status event is modelled).'''
+port-status event is modelled).''' % OUTAGE_S
 
 
 def run(ctx: BenchContext) -> SectionResult:
@@ -294,7 +296,13 @@ def report(ctx: BenchContext, trials: list[Trial], rtt: float) -> str:
         'One transfer %s -> %s (%g MB, more than any transport finishes in '
         'the %g s trial) on `%s` at %g Mbit/s per link; the failure at a '
         'random time 1.5–2.5 s in (drawn once per failure, the same for '
-        'every transport). Links and core switches come back after %g s; a '
+        'every transport), aimed at what that transport\'s transfer runs '
+        'on: a link or core switch of any of MRC\'s sprayed paths, or of the '
+        'one path an RC QP or a TCP connection is pinned to, or a NIC port '
+        'of the sender on a plane it uses (a failure that misses a single-path '
+        'transfer would measure nothing). Each transport so loses an '
+        'element it uses, not the same element. Links and core switches '
+        'come back after %g s; a '
         'NIC port stays lost. Base RTT: **%.1f ms** (median post-to-'
         'completion of a 1 KB MRC write on the idle fabric). %s%s.' % (
             SRC, DST, SIZE_MB, TRIAL_S, TOPOLOGY, RATE_MBIT, OUTAGE_S,

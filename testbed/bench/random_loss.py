@@ -35,8 +35,9 @@ def faults(loss_pct: float, plan) -> list[dict]:
              'link': [SRC, plan.host_ports[(SRC, p)].switch],
              'loss_pct': loss_pct} for p in plan.planes]
 
-# Read after the section's figures in BENCHMARKS.md.
-LIMITS = '''**What limits these figures.** MRC acknowledges selectively and resends
+# Read after the section's figures in BENCHMARKS.md (analysis: the figures
+# are the table's; the hardware profile's numbers are hardware_profile.py's).
+LIMITS = '''**What limits these figures (analysis).** MRC acknowledges selectively and resends
 only what was lost, on other entropy values; NSCC takes one packet off the
 window per loss, so MRC keeps nearly all its throughput on both timescales.
 RC resends go-back-N from every lost packet (see *retransmitted*): what that
@@ -44,7 +45,7 @@ costs grows with the packets in flight. On the fabric's own timescale (an
 idle RTT of a few ms, a handful of packets per port) a resent window is
 small; under the hardware profile (40 packets per port, as the paper's
 100G ports with 4 KB packets and a 13 us RTT) each loss resends about a
-window, and RC falls to about two thirds at 1%. The paper's "RoCE unusable
+window, and RC falls furthest at 1% (the table). The paper's "RoCE unusable
 at 1%" is at hardware windows of thousands of packets per QP (many QPs,
 800G NICs); one QP on one 100G port keeps 40, so the emulated figure is an
 upper bound for RC. Kernel TCP (SACK, CUBIC) has no delay stage, so it runs

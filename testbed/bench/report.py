@@ -58,8 +58,11 @@ def write_report(path: Path, results: Sequence[SectionResult], started: str,
     head = [
         '# Benchmarks',
         '',
-        'Written by `%s` (%s): every figure below comes from that one run; '
-        'nothing is edited by hand. Raw per-trial data: `%s/`.'
+        'Written by `%s` (%s): every figure in the tables, charts and section '
+        'text comes from that one run, and nothing is edited by hand; each '
+        '*What limits these figures (analysis)* paragraph is reasoning kept '
+        'in the section\'s code (`testbed/bench/`), read against the figures, '
+        'not measured by the run. Raw per-trial data: `%s/`.'
         % (command(args), 'quick smoke version: not for publishing'
            if args.quick else 'full run', raw),
         '',

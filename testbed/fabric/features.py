@@ -185,8 +185,10 @@ def all_features() -> list[Feature]:
                 'need root'),
         _ovs_status(),
         Feature('OVS kernel datapath', ovs_kernel_datapath(),
-                'openvswitch module', 'userspace datapath: ~470k packet-hops/s '
-                'for the whole fabric, so keep link rates to tens of Mbit/s'),
+                'openvswitch module', 'userspace datapath: one ovs-vswitchd thread '
+                'forwards the whole fabric; `mrc-testbed bench --sections '
+                'emulator_scale` measures what it carries (BENCHMARKS.md §5), and '
+                'with MRC traffic link rates stay at a few Mbit/s per host port'),
         Feature('SRv6 seg6', _sysctl_exists('net.ipv6.conf.all.seg6_enabled'),
                 'seg6 encap and End.DT6 decap', 'no fabric: hosts cannot '
                 'decapsulate'),
@@ -196,15 +198,18 @@ def all_features() -> list[Feature]:
         Feature(NETEM, netem_available(),
                 'sch_netem: link delay (topology delay=<ms>) and loss',
                 'topologies asking for delay= are refused before anything is '
-                'built; random loss comes from nftables'),
+                'built; random loss (gray_failure) comes from a tc classic-BPF '
+                'filter, not netem'),
         Feature(RED_ECN, red_ecn_available(),
                 'sch_red with ecn: ECN marking (topology ecn=1)',
                 'topologies asking for ecn=1 are refused; MRC sees congestion '
                 'from queueing delay only'),
         Feature('nftables', bool(shutil.which('nft')), 'nft binary',
-                'no gray-failure (random loss) injection'),
+                "no gray_failure method='nft'; the default method (tc) needs no "
+                'nftables'),
         Feature('MPTCP', _sysctl_exists('net.mptcp.enabled'),
-                'net.mptcp.enabled', 'the mptcp baseline is skipped'),
+                'net.mptcp.enabled', 'the mptcp baseline cannot run: a run that '
+                'asks for it fails when it enables MPTCP in the hosts'),
         *_bpf_features(),
     ]
 

@@ -5,7 +5,8 @@ steers trimmed and control packets into.
 Everything that decides whether and how the fabric signals congestion lives
 here: the spec keys (``mark=0|1``, ``trim=0|1``, ``mark_kb=``, ``trim_kb=``),
 the default thresholds, which port is a last hop, and the counters read
-after a run. MRC's split (mrc-reference §5, Araujo et al. 2026 §2.1):
+after a run. MRC's split (Sohan et al., arXiv:2606.18170 §II-C; Araujo et
+al., arXiv:2605.04333 §2.1):
 congestion is signalled (ECN marks, trimmed headers), silence means failure.
 
 Defaults, on a fabric shaped to R bit/s whose NSCC target queueing delay is

@@ -4,9 +4,9 @@ means the os-ken switch application, so this one is the planner.)
 
 For a (src host, dst host) pair the planner computes every path of every plane
 (:meth:`FabricPlan.paths`), gives each plane an equal share of the QP's EVs, and installs
-them as the explicit array of an EXP EV profile (mrc-reference §4.3) whose entries are
+them as the explicit array of an EXP EV profile (OCP ``mrc_ctl.h``) whose entries are
 compact SRv6 EVs (``EvEntry(val, port=plane)``). Expanding an entry through the profile's
-fields (§4.4) yields exactly the path's uSID carrier; :meth:`PairEvs.path_for` maps an
+fields (the OCP repository's ``examples/ev_expansion/ev_expansion.c``) yields exactly the path's uSID carrier; :meth:`PairEvs.path_for` maps an
 entry back to its :class:`Path`.
 
 Choices (where the sources leave room):
@@ -45,7 +45,8 @@ Choices (where the sources leave room):
    plane but one and half of the last, which absorbs any plane or link failure, while an
    endpoint-side event that times out every EV at once cannot blacklist the whole set.
 7. **event_mask = GOOD | ASSUMED_BAD**, both reportable states: the planner wants the
-   demotions and the resurrections to correlate failures across QPs (§4.6).
+   demotions and the resurrections to correlate failures across QPs (``mrc_ctl.h``: only
+   GOOD and ASSUMED_BAD are maskable).
 8. **Profile ids** are sequential from 1 (format and EV profiles are separate id spaces);
    the application learns them out of band from :attr:`PairEvs.ev_profile`.
 9. **Deny / allow** is MODIFY_EV_STATE on the pair's profile. It applies to every copy of
@@ -197,7 +198,7 @@ class PairEvs:
     ev_profile: EvProfile
     paths_by_plane: dict[int, list[str]]
     paths: Mapping[str, Path]  # every path of the pair (not only the selected), by carrier
-    # What the NIC reported (its EV events, mrc-reference §4.6): the QP's EV id -> state.
+    # What the NIC reported (its EV events, mrc_ctl.h): the QP's EV id -> state.
     nic_states: dict[int, EvState] = field(default_factory=dict)
 
     @property

@@ -18,17 +18,19 @@ the size), ENOENT (EV not found). Batched EV operations do not raise for a faili
 like the C API they stop at the first failure and report per-entry results
 (:class:`EvOpResult`), keeping what earlier entries did.
 
-Choices made where the sources are silent (mrc-reference.md §4.3, §13):
+Choices made where the public sources (OCP ``mrc_ctl.h`` and its examples) are silent:
 
-1. **EV values are compact** (§13 Q2). ``EvEntry.val`` holds the compact bit string that
+1. **EV values are compact** (``mrc_ctl.h`` does not say whether ``val`` is compact or
+   expanded). ``EvEntry.val`` holds the compact bit string that
    ``examples/ev_expansion/ev_expansion.c`` expands, for explicit and generated EVs alike;
    the wire form (STEV value, SRv6 DA [+ SRH segment]) is ``EvProfile.wire_ev(entry)``.
    :func:`srv6_carrier` / :func:`srv6_ev_from_carrier` convert to and from the 128-bit
    carrier address.
-2. **GEN generation** (§13 Q3), :func:`generate_evs`. Each field with a mask yields an n-bit
-   number (n = popcount(mask)) in ``[min_val, max_val]``; ``max_val == 0`` means "no upper
-   bound" (2**n - 1), as the C sample's generated profiles use it. The candidate set is the
-   product of the field ranges, indexed in mixed radix (first field most significant).
+2. **GEN generation** (how values are drawn is not specified), :func:`generate_evs`. Each
+   field with a mask yields an n-bit number (n = popcount(mask)) in ``[min_val, max_val]``;
+   ``max_val == 0`` means "no upper bound" (2**n - 1), as the C sample's generated profiles
+   use it. The candidate set is the product of the field ranges, indexed in mixed radix
+   (first field most significant).
    Ports come from the device port mask and are assigned round-robin in ascending order:
    entry ``i`` uses ``ports[i % P]``, so per-plane counts differ by at most one and are equal
    when ``ev_count`` is a multiple of P. Each port draws its entries from its own

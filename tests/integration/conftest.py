@@ -4,6 +4,7 @@ Every test cleans up after itself; at the end of the session the machine
 must hold nothing of ours, or the session fails.
 """
 import os
+from pathlib import Path
 
 import pytest
 
@@ -13,14 +14,29 @@ from testbed.fabric.net import FabricNet
 from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import parse_topo_spec
 
-if os.geteuid() != 0:
-    pytest.skip('integration tests need root', allow_module_level=True)
+NEEDS_ROOT = ('integration tests need root: they build network namespaces, '
+              'veths and OVS bridges')
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without root every test here is skipped, saying why (a module-level
+    skip in a conftest would hide them from `pytest tests` and break
+    `pytest tests/integration`)."""
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason=NEEDS_ROOT)
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope='session', autouse=True)
 def spotless_machine():
     """Leftovers are judged only while we hold the run lock: with it, no
     fabric of anyone's is running, so whatever is there was leaked."""
+    if os.geteuid() != 0:
+        pytest.skip(NEEDS_ROOT)
     lock = RunLock()
     lock.acquire()
     try:

@@ -211,7 +211,7 @@ def test_gray_failure_drops_the_share_asked_on_its_paths_only(rig, a, b):
 
 
 def test_gray_failure_nft_recipe_makes_tables_and_removes_them(rig):
-    """design.md's nftables recipe: a mrc_gray_* table per namespace.
+    """The nftables method (method='nft'): a mrc_gray_* table per namespace.
     Under bursts OVS loses more than the rule drops (docs/faults.md)."""
     r = rig(LEAF_SPINE)
     h1 = r.fab.host_pid('h1')

@@ -73,3 +73,64 @@ def test_a_stopped_run_resumes_with_what_it_finished(tmp_path) -> None:
         ('failover', 'Failover', '| a |\n', {'n': 1}, 12.5)
     with pytest.raises(SystemExit, match='no sections.json'):
         resumed(tmp_path / 'elsewhere')
+
+
+def test_what_limits_paragraphs_are_marked_as_analysis() -> None:
+    """BENCHMARKS.md says its figures come from the run; the reasoning kept in
+    the sections' code is not measured by it, so each says so."""
+    from testbed.bench.report import limits
+    for key in SECTIONS:
+        text = limits(key).strip()
+        assert not text or text.startswith(
+            '**What limits these figures (analysis).**'), key
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def say(self, section: str, text: str) -> None:
+        self.said.append(text)
+
+
+def _retrying(monkeypatch, healths: list[dict]):
+    """run_trial over a fake runner whose runs have these health verdicts."""
+    from testbed.bench import harness
+    runs = [TransportRun('mrc', 0, health=h) for h in healths]
+    executed = []
+
+    class FakeRunner:
+        def __init__(self, sc, transport, rep, progress) -> None:
+            pass
+
+        def execute(self, workload, make, fab):
+            executed.append(fab)
+            return runs[len(executed) - 1]
+    monkeypatch.setattr(harness, 'TransportRunner', FakeRunner)
+    monkeypatch.setattr(harness.time, 'sleep', lambda s: None)
+    ctx = _Ctx()
+    trial = harness.run_trial(ctx, 'failover', 'fab', None, 'mrc', 'c', 0)
+    return trial, len(executed), ctx.said
+
+
+SATURATED = {'trusted': False, 'saturated': True, 'reasons': ['machine CPU 99%']}
+CLEAN = {'trusted': True, 'saturated': False, 'reasons': []}
+
+
+def test_a_saturated_trial_is_run_again_until_it_runs_clean(monkeypatch) -> None:
+    from testbed.bench.harness import MAX_ATTEMPTS
+    trial, runs, said = _retrying(monkeypatch, [SATURATED, CLEAN])
+    assert (trial.trusted, trial.attempts, runs) == (True, 2, 2)
+    assert len(said) == 1 and 'emulator saturated' in said[0]
+    # never clean: MAX_ATTEMPTS runs, and the last, rejected, is what is kept
+    trial, runs, _ = _retrying(monkeypatch, [SATURATED] * MAX_ATTEMPTS)
+    assert (trial.trusted, trial.attempts, runs) == (False, MAX_ATTEMPTS,
+                                                     MAX_ATTEMPTS)
+    assert trial.rejected
+
+
+def test_an_untrusted_trial_that_did_not_saturate_is_not_retried(monkeypatch) -> None:
+    # e.g. a kernel feature missing: running it again would change nothing
+    missing = {'trusted': False, 'saturated': False, 'reasons': ['no netem']}
+    trial, runs, said = _retrying(monkeypatch, [missing, CLEAN])
+    assert (trial.trusted, trial.attempts, runs, said) == (False, 1, 1, [])

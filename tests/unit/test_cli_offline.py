@@ -180,3 +180,47 @@ def test_verbose_and_quiet_together_are_refused():
 def test_quiet_check_still_says_ok_and_errors():
     assert run('-qq', 'check', DEFAULT).stdout.startswith(DEFAULT + ': ok')
     assert 'cannot read' in run('-q', 'check', 'nope.yaml').stderr
+
+
+def test_commands_that_need_root_say_so():
+    """Every command that builds anything refuses at once without root
+    (exit 2, saying why). Run as an unprivileged user, who could not build
+    anything even if the check were gone."""
+    user = unprivileged_user()
+    if user is None:
+        pytest.skip('no unprivileged user who can run this interpreter and '
+                    'read the checkout here (a clone under /root, say)')
+    for args in (['verify'], ['run', '--quick'], ['clean'], ['cli'],
+                 ['bench', '--out', '/nonexistent']):
+        result = run(*args, user=user)
+        assert result.returncode == 2, (args, result.stderr)
+        assert 'needs root' in result.stderr, (args, result.stderr)
+
+
+def test_run_exits_1_when_a_result_is_not_trusted(monkeypatch, capsys):
+    """`run` prints the table and exits 1 when any transport's result is not
+    trusted, 0 when all are. The run itself is replaced (no fabric): what is
+    checked is the command's verdict on the summary it gets back."""
+    from testbed import cli
+    from testbed.fabric import link_options, signals
+    from testbed.fabric.net import FabricNet
+    from testbed.workload import report, run_scenario
+
+    def never(*_args, **_kwargs):
+        raise AssertionError('a unit test must not build a fabric')
+    monkeypatch.setattr(FabricNet, '__init__', never)
+    monkeypatch.setattr(cli.os, 'geteuid', lambda: 0)
+    monkeypatch.setattr(link_options, 'resolve', lambda kwargs: None)
+    monkeypatch.setattr(signals, 'resolve', lambda kwargs, links: None)
+    monkeypatch.setattr(report, 'table', lambda summary: 'TABLE')
+    verdicts = {}
+
+    def fake_run(scenario, out, transports, quick, seed, progress):
+        return Path(out) / 'x', {t: {'trusted': ok} for t, ok in verdicts.items()}
+    monkeypatch.setattr(run_scenario, 'run_scenario', fake_run)
+    args = cli._parser().parse_args(['run', '--quick'])
+    verdicts.update(mrc=True, rc=True)
+    assert args.func(args) == cli.EXIT_OK
+    verdicts.update(rc=False)
+    assert args.func(args) == cli.EXIT_FAILED == 1
+    assert capsys.readouterr().out.count('TABLE') == 2

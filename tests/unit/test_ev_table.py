@@ -1,4 +1,6 @@
-"""Unit tests for testbed.nic.ev_table (mrc-reference §12 rows E4-E10, E12)."""
+"""Unit tests for testbed.nic.ev_table: active and backup sets equal per plane, every EV state
+transition, same-plane backup promotion, probe resurrection, DENIED only by the controller, the
+ev_min_active floor, EV events (mask, drop_count), a plane's port down and up again."""
 
 from __future__ import annotations
 

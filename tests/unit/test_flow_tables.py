@@ -89,10 +89,3 @@ def test_foreign_plane_and_unknown_usids_are_dropped():
     nowhere = int(ipaddress.IPv6Address('fcbb:bb01:1000:3fff::'))
     assert forward(p, edge, nowhere) is None
 
-
-def test_tables_do_not_depend_on_link_state():
-    # The plan has no notion of link state: the same topology always yields
-    # the same rules, which is what keeps the fabric static under failures.
-    a = plan('fattree,k=4,planes=2')
-    b = plan('fattree,k=4,planes=2')
-    assert all(switch_rules(a, s) == switch_rules(b, s) for s in a.switches)

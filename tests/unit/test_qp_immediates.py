@@ -1,4 +1,4 @@
-"""WRITE_WITH_IMM: MSN-ordered completions, WIMM limits, no RNR (reference §12 Q4)."""
+"""WRITE_WITH_IMM: MSN-ordered completions, WIMM limits, no RNR."""
 
 from __future__ import annotations
 

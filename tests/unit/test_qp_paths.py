@@ -1,4 +1,4 @@
-"""Path failure and repair on a sprayed QP; reverse EVs; verdicts (reference §12 E5-E7, E13)."""
+"""Path failure and repair on a sprayed QP; reverse EVs; verdicts."""
 
 from __future__ import annotations
 
@@ -133,7 +133,12 @@ def test_reverse_route_replacement_stays_on_its_plane() -> None:
     new = routes.routes[0]
     assert new.plane == first.plane and new.ev_id == first.ev_id and new.path != first.path
     assert not routes.replace(first)              # already gone
-    assert not routes.replace(routes.routes[1]) or routes.routes[1].plane == 2
+    second = routes.routes[1]                     # plane 2: one of d, e in use
+    assert second.plane == 2 and routes.replace(second)
+    swapped = routes.routes[1]
+    assert swapped.plane == 2 and swapped.ev_id == second.ev_id
+    assert {second.path, swapped.path} == {"d", "e"}
+    assert routes.routes[0] is new                # plane 1's slot untouched
     pinned = ReverseRoutes(routes.routes[:1])     # no pool: nothing to swap in
     assert not pinned.replace(pinned.routes[0])
 

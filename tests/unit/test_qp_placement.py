@@ -1,4 +1,4 @@
-"""Reorder-free placement: RETH in every packet, bounds checks (reference §12 Q3, Q8)."""
+"""Reorder-free placement: RETH in every packet, bounds checks."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""SACK/NACK recovery, probes and congestion control on a sprayed QP.
-
-Reference §12 rows Q7, Q8, Q9, Q11, Q12, C5.
+"""SACK/NACK recovery, probes and congestion control on a sprayed QP: the SACK bitmap and
+exactly the lost PSNs resent, each NACK reason's effect, retransmission on a fresh EV and the
+retry budget, reliability probes that consume no PSN, recovery with trim NACKs off.
 """
 
 from __future__ import annotations

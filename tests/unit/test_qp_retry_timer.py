@@ -1,4 +1,4 @@
-"""Retry timer: linear then exponential, retry budget, 25 = infinite (reference §12 Q9, Q10)."""
+"""Retry timer: linear then exponential, retry budget, 25 = infinite."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QP state machine, attributes per transition and accepted operations (reference §12 Q1, Q2)."""
+"""QP state machine, attributes per transition and accepted operations."""
 
 from __future__ import annotations
 

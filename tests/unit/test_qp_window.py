@@ -1,4 +1,4 @@
-"""MPR window, PSN_OOR_WINDOW, dynamic MPR and the 24-bit PSN wrap (reference §12 Q5, Q6, Q4)."""
+"""MPR window, PSN_OOR_WINDOW, dynamic MPR and the 24-bit PSN wrap."""
 
 from __future__ import annotations
 

@@ -65,8 +65,9 @@ class GrayFaults:
                      method: str = 'tc') -> dict:
         """Drop `loss_pct` % of the frames in each direction of the link,
         at random, replacing any gray loss already on it. `method` 'tc'
-        (the default) drops silently; 'nft' is design.md's nftables recipe,
-        which makes OVS discard the rest of each batch (docs/faults.md)."""
+        (the default) drops silently; 'nft' is the first, nftables
+        implementation, which makes OVS discard the rest of each batch
+        (docs/faults.md)."""
         link = self._link(a, b)
         loss_pct = _check_loss(loss_pct)
         if method not in GRAY_METHODS:
