@@ -6,7 +6,8 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 BUSY_LIMIT = 0.95          # of all cores, machine-wide
 PROCESS_LIMIT = 0.8        # of one core: past it the endpoint loop's own
@@ -55,6 +56,31 @@ def _run_queue_wait_ns(pid: int | str) -> int:
     return total
 
 
+# Counters of a host's network namespace (/proc/<pid>/net/snmp6) that count a
+# packet lost inside the emulated host: its receive socket was full (the
+# endpoint loop read too late) or the kernel had no memory for it. A NIC
+# loses neither, so both are loss outside the model; the gate counts them.
+HOST_RECEIVE_LOSSES = ('Udp6RcvbufErrors', 'Udp6MemErrors')
+# ... and discards of the hosts' IPv6 stacks: reported, not gated (a fault
+# that takes a NIC port down makes some, as a real NIC would drop them).
+HOST_DISCARDS = ('Ip6InDiscards', 'Ip6OutDiscards')
+
+
+def _host_counters(host_pids: Mapping[str, int]) -> dict[str, int]:
+    """HOST_RECEIVE_LOSSES and HOST_DISCARDS, summed over the hosts."""
+    total = dict.fromkeys(HOST_RECEIVE_LOSSES + HOST_DISCARDS, 0)
+    for pid in host_pids.values():
+        try:
+            with open('/proc/%d/net/snmp6' % pid) as f:
+                for line in f:
+                    name, _, value = line.partition(' ')
+                    if name in total:
+                        total[name] += int(value)
+        except OSError:
+            continue            # a host that is gone counts nothing more
+    return total
+
+
 def _vswitchd_pid() -> str | None:
     try:
         with open('/var/run/openvswitch/ovs-vswitchd.pid') as f:
@@ -83,14 +109,18 @@ class HealthSample:
     unread: int = 0
     endpoint_wait_ns: int = 0     # run-queue wait of this process's threads
     vswitchd_wait_ns: int = 0     # ... and of ovs-vswitchd's
+    hosts: dict[str, int] = field(default_factory=dict)   # _host_counters
 
     @classmethod
-    def now(cls) -> 'HealthSample':
+    def now(cls, host_pids: Mapping[str, int] | None = None) -> 'HealthSample':
+        """`host_pids`: a process in each emulated host's namespace, whose
+        counters of loss inside the host are read."""
         packets, lost = _datapath_counters()
         vswitchd = _vswitchd_pid()
         return cls(time.monotonic(), time.process_time(), _cpu_ticks(),
                    lost, packets, _unread_drops(), _run_queue_wait_ns('self'),
-                   _run_queue_wait_ns(vswitchd) if vswitchd else 0)
+                   _run_queue_wait_ns(vswitchd) if vswitchd else 0,
+                   _host_counters(host_pids or {}))
 
 
 def health_between(start: HealthSample, end: HealthSample,
@@ -103,6 +133,8 @@ def health_between(start: HealthSample, end: HealthSample,
     lost = end.lost - start.lost
     unread = end.unread - start.unread
     packets = end.packets - start.packets
+    hosts = {k: end.hosts.get(k, 0) - start.hosts.get(k, 0) for k in end.hosts}
+    received_lost = sum(hosts.get(k, 0) for k in HOST_RECEIVE_LOSSES)
     endpoint_wait = (end.endpoint_wait_ns - start.endpoint_wait_ns) / 1e9 / wall
     vswitchd_wait = (end.vswitchd_wait_ns - start.vswitchd_wait_ns) / 1e9 / wall
     saturation = []
@@ -118,6 +150,11 @@ def health_between(start: HealthSample, end: HealthSample,
                               'work on the machine)' % (who, 100 * waited))
     if lost:
         saturation.append('OVS datapath lost %d upcalls' % lost)
+    if received_lost > DROP_LIMIT * max(1, packets):
+        saturation.append('the hosts lost %d received packets (%s: a receive '
+                          'socket full or out of memory)' % (received_lost, ', '.join(
+                              '%s %d' % (k, hosts[k]) for k in HOST_RECEIVE_LOSSES
+                              if hosts.get(k))))
     if unread > DROP_LIMIT * max(1, packets + unread):
         saturation.append('OVS datapath left %d of %d packets unread (kernel '
                           'dropped them)' % (unread, packets + unread))
@@ -128,6 +165,8 @@ def health_between(start: HealthSample, end: HealthSample,
             'vswitchd_cpu_wait': round(vswitchd_wait, 3),
             'ovs_lost_upcalls': lost, 'datapath_packets': packets,
             'datapath_unread_drops': unread,
+            'host_receive_losses': received_lost,
+            'host_discards': {k: hosts.get(k, 0) for k in HOST_DISCARDS},
             'missing_features': missing_features,
             'saturated': bool(saturation), 'trusted': not reasons,
             'reasons': reasons}

@@ -219,7 +219,8 @@ class TransportRunner:
         needs_gray = any(f.kind == 'gray_failure' for f in self.sc.faults)
         missing = list(fab.missing_features) + (
             list(injector.missing_features) if needs_gray else [])
-        health0 = HealthSample.now()
+        host_pids = {h: fab.host_pid(h) for h in fab.plan.hosts}
+        health0 = HealthSample.now(host_pids)
         faults = list(self.sc.timeline())
         phase, next_bin = 0, BIN_S
         self._start_phase(driver, records, phase)
@@ -258,7 +259,8 @@ class TransportRunner:
             rec.corrupt_bytes = driver.corrupt_bytes(rec.flow_id) \
                 if rec.status == 'done' else 0
         self.run.flows = records
-        self.run.health = health_between(health0, HealthSample.now(), missing)
+        self.run.health = health_between(health0, HealthSample.now(host_pids),
+                                         missing)
 
     def _switch_counters(self, fab) -> SwitchCounters:
         ports = fab.signals

@@ -3,9 +3,11 @@ a process that competes for this process's CPU, and the gate turns it into a rea
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -61,3 +63,28 @@ def test_the_gate_names_who_waited():
     assert not health['trusted']
     assert health['reasons'] == [
         'endpoint loop waited 30% of the run for a CPU (other work on the machine)']
+
+
+def test_a_full_receive_socket_is_loss_outside_the_model():
+    # A socket that nobody reads, with the smallest receive buffer, flooded on the
+    # loopback: the kernel counts what it could not queue in Udp6RcvbufErrors, as it
+    # does in an emulated host whose endpoint loop fell behind.
+    here = {'this namespace': os.getpid()}
+    rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)   # the kernel's minimum
+        rx.bind(('::1', 0))
+        start = HealthSample.now(here)
+        for _ in range(500):
+            tx.sendto(bytes(1000), rx.getsockname()[:2])
+        end = HealthSample.now(here)
+    finally:
+        rx.close()
+        tx.close()
+    health = health_between(replace(start, packets=0), replace(end, packets=1000), [])
+    # 500 sent, a minimal buffer holds a few: nearly all of them are lost.
+    assert health['host_receive_losses'] >= 400
+    assert not health['trusted'] and any(r.startswith(
+        'the hosts lost %d received packets (Udp6RcvbufErrors'
+        % health['host_receive_losses']) for r in health['reasons'])
