@@ -259,8 +259,9 @@ class TransportRunner:
             rec.corrupt_bytes = driver.corrupt_bytes(rec.flow_id) \
                 if rec.status == 'done' else 0
         self.run.flows = records
-        self.run.health = health_between(health0, HealthSample.now(host_pids),
-                                         missing)
+        self.run.health = health_between(
+            health0, HealthSample.now(host_pids), missing,
+            endpoint_loop=transport(self.run.transport).family == 'endpoint')
 
     def _switch_counters(self, fab) -> SwitchCounters:
         ports = fab.signals
