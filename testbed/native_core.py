@@ -2,7 +2,7 @@
 
 Everything that decides whether the endpoint runs compiled or as Python lives here. The
 sans-IO core (`testbed/nic`) is typed Python; mypyc compiles those same sources to C
-extension modules, about twice as fast per packet (`mrc-testbed bench`, section 5), with
+extension modules, about twice the packets per core (`mrc-testbed bench`, section 5), with
 no second implementation to keep in step. `scripts/setup.sh` builds it once per state of
 the sources; a checkout without a build, an installed copy (`pip install .`) or
 `MRC_TESTBED_CORE=python` run the Python sources, which stay the reference and are tested
@@ -10,10 +10,11 @@ as such (tests/unit/test_native_core.py runs both and compares them).
 
 A build is keyed by a digest of every source file of `testbed/nic` and the interpreter's
 ABI: an edit to any of them, or another Python, makes the build not match, and the
-Python sources run until `scripts/setup.sh` (or `python -m testbed.native_core build`)
-builds again. Nothing compiled can ever run stale code.
+Python sources run until `scripts/setup.sh` (or `python -m testbed.native_build`, the
+build's module) builds again. Nothing compiled can ever run stale code.
 
-Modules left out of the build, and why (COMPILED is everything else in testbed/nic):
+Modules left out of the build (NOT_COMPILED; everything else in testbed/nic is compiled),
+and why:
 - `__init__.py` files: a package's `__path__` must stay the source folder.
 - `cc/base.py`, `cc/null.py`: the registry and the controller mixins; mypyc's native classes
   do not mix (NullCc inherits two), and nothing there is per packet.
