@@ -130,7 +130,11 @@ class Nic:
         self.rx.setblocking(False)
         self.rx.bind(('::', UDP_PORT))
         if self.port_planes:
-            self.ports = PortWatch(self.port_planes)
+            try:
+                self.ports = PortWatch(self.port_planes)
+            except OSError:
+                self.close()              # the sockets made so far: nothing leaks
+                raise
 
     def on_port_changes(self, now: float) -> None:
         """Tell the endpoint of every port that went down or came back since last asked."""
@@ -221,11 +225,6 @@ class SocketRuntime:
             nic.close()
         self.nics.clear()
         self._watched.clear()
-
-    def port_events(self) -> list[tuple[Nic, float, int, bool]]:
-        """Every port event the NICs heard so far: (nic, time.monotonic(), plane, up)."""
-        return sorted(((nic, *event) for nic in self.nics for event in nic.port_events),
-                      key=lambda e: e[1])
 
     def run(self, stop: Callable[[], bool], timeout_s: float) -> bool:
         """Loop until stop() is true (returns True) or timeout (False)."""
