@@ -100,7 +100,7 @@ class Nic:
     # watches their link state, and every change the endpoint was told of is kept in
     # `port_events` as (time.monotonic(), plane, up).
     port_planes: dict[int, int] = field(default_factory=dict)
-    ports: PortWatch | None = field(init=False, default=None)
+    ports: PortWatch | None = field(init=False)
     port_events: list[tuple[float, int, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -129,6 +129,9 @@ class Nic:
         self.rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.rx.setblocking(False)
         self.rx.bind(('::', UDP_PORT))
+        # Set here, not as the field's default: a compiled dataclass leaves an
+        # init=False field's default unset (AttributeError on first read).
+        self.ports = None
         if self.port_planes:
             try:
                 self.ports = PortWatch(self.port_planes)
