@@ -123,9 +123,10 @@ RC has one path and no steering: it waits for the link (%g s) and then for
 its retry timer, and resends go-back-N from the oldest unacknowledged
 packet; TCP waits for the link and then for its doubling retransmission
 timeout, about 1.5 s more. A lost NIC port kills the RC QP (retry counter
-exceeded) and stalls TCP for good; MRC moves to the other plane and keeps
-half, the capacity left, but finds the dead port only through timeouts (no
-port-status event is modelled).''' % OUTAGE_S
+exceeded) and stalls TCP for good; MRC hears the port event (netlink, the
+bypass column) and moves to the other plane in the same loop turn, keeping
+half, the capacity left; the receiver finds the dead port only through its
+own timeouts (no Port Status Update on the wire yet).''' % OUTAGE_S
 
 
 def run(ctx: BenchContext) -> SectionResult:
@@ -206,9 +207,14 @@ def kept(goodput: list[float], failure: Failure) -> float | None:
 def bypass(run, failure: Failure, target: dict | None, plan) -> float | None:
     """MRC only: from the failure until the last EV whose path crosses the
     failed element was taken out of the rotation (ASSUMED_BAD), while the
-    failure lasted: the emulated counterpart of the paper's bypass time."""
+    failure lasted: the emulated counterpart of the paper's bypass time. A
+    lost NIC port takes its whole plane out at once, when the sender hears
+    the port event: until then."""
     if not target:
         return None
+    if 'host' in target:     # a pinned RC QP hears the port too, and stays
+        return port_bypass(run, failure, target) if run.transport == 'mrc' \
+            else None
     def hit(path) -> bool:
         if 'a' in target:
             return frozenset((target['a'], target['b'])) in path.hops()
@@ -221,6 +227,13 @@ def bypass(run, failure: Failure, target: dict | None, plan) -> float | None:
              and e['path'] in dead and e['new'] == 'ASSUMED_BAD'
              and failure.at <= e['t'] < end]
     return max(times) - failure.at if times else None
+
+
+def port_bypass(run, failure: Failure, target: dict) -> float | None:
+    heard = [e['t'] for e in run.events if e.get('event') == 'nic_port'
+             and e['host'] == target['host'] and e['plane'] == target['plane']
+             and e['state'] == 'down' and e['t'] >= failure.at]
+    return min(heard) - failure.at if heard else None
 
 
 def summary(t: Trial) -> dict:
@@ -316,7 +329,9 @@ def report(ctx: BenchContext, trials: list[Trial], rtt: float) -> str:
         '0.5 s after the failure until it ends, over the second before. '
         '*MRC bypass*: from the failure until the last entropy value whose '
         'path crosses the failed element was taken out of the rotation '
-        '(ASSUMED_BAD), the counterpart of the paper\'s bypass time.',
+        '(ASSUMED_BAD), the counterpart of the paper\'s bypass time; after '
+        'a NIC port loss, until the sender heard the port event, which takes '
+        'the whole plane out at once.',
         md_table(['failure', 'transport', 'n', 'recovery p50', 'p99', 'max',
                   'never', 'goodput kept during the failure', 'MRC bypass '
                   'p50 / max', 'retransmitted (median)', 'retransmitted (max)',

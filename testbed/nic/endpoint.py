@@ -188,6 +188,18 @@ class Endpoint:
             if deadline is not None and deadline <= now:
                 qp.on_timer(now)
 
+    def port_down(self, plane: int, now: float) -> int:
+        """The NIC's port on `plane` lost its link (a port event, heard by the runtime):
+        every QP with an EV table stops using the plane from its next packet. RC and ECMP
+        QPs are pinned to one path: they are left alone (QueuePair.port_status). Only this
+        side learns of it; the peer finds the port dead by its own timeouts (no Port
+        Status Update on the wire yet). Returns how many QPs changed."""
+        return sum(qp.port_status(now, plane, False) for qp in self._qp_list)
+
+    def port_up(self, plane: int, now: float) -> int:
+        """The port on `plane` is back: the QPs' EVs there return (see port_down)."""
+        return sum(qp.port_status(now, plane, True) for qp in self._qp_list)
+
     # ------------------------------------------------------------------------- stats
 
     def stats(self) -> dict[str, Any]:

@@ -284,6 +284,22 @@ class QueuePair:
         if self.state is QpState.RTS and self.requester is not None:
             self.requester.on_timer(now)
 
+    def port_status(self, now: float, plane: int, up: bool) -> bool:
+        """The local NIC port of `plane` went down (up=False) or came back: an MRC QP takes
+        the plane out of its EV table, and resends what was in flight on it, or puts it back.
+        RC and ECMP QPs are pinned to one path and have no other to move to: they are left
+        to their timers, as a RoCE NIC leaves them. Returns whether the QP changed."""
+        table, requester = self.ev_table, self.requester
+        if table is None or plane not in table.planes:
+            return False
+        self._now = now
+        if up:
+            return table.plane_up(plane, now)
+        changed = table.plane_down(plane, now)
+        if changed and requester is not None and self.state is _RTS:
+            self.counters.port_down_resends += requester.resend_plane(now, plane)
+        return changed
+
     # ------------------------------------------------------------------------- stats
 
     @property

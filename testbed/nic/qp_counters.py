@@ -37,6 +37,7 @@ class QpCounters:
         self.trimmed_received: int = 0
         self.out_of_order_received: int = 0
         self.reverse_routes_replaced: int = 0
+        self.port_down_resends: int = 0     # packets resent because their port went down
         self.cnps_sent: int = 0
         self.cnps_received: int = 0
         self.stale_feedback: int = 0
@@ -52,6 +53,8 @@ class QpCounters:
         # Indexed by the verdict's wire value (a list: no hashing on the per-SACK path).
         self.sack_verdicts_sent: list[int] = [0] * len(Verdict)
         self.sack_verdicts_received: list[int] = [0] * len(Verdict)
+        # Packets a timer (packet or retry) declared lost, by the plane they were sent on.
+        self.timeout_losses_by_plane: dict[int, int] = {}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -72,8 +75,8 @@ FIELDS: tuple[str, ...] = (
     "go_back_n_rounds", "sacks_sent", "sacks_received", "nacks_sent", "nacks_received",
     "probes_sent", "probe_replies", "probe_timeouts", "ev_demotions", "packets_received",
     "bytes_received", "duplicates_received", "trimmed_received", "out_of_order_received",
-    "reverse_routes_replaced", "cnps_sent", "cnps_received", "stale_feedback",
+    "reverse_routes_replaced", "port_down_resends", "cnps_sent", "cnps_received", "stale_feedback",
     "dropped_not_ready", "requester_completions", "responder_completions",
     "completion_errors", "errors", "nacks_sent_by_reason", "nacks_received_by_reason",
-    "sack_verdicts_sent", "sack_verdicts_received",
+    "sack_verdicts_sent", "sack_verdicts_received", "timeout_losses_by_plane",
 )

@@ -540,6 +540,24 @@ class Requester:
             record.counted = False
         self._queue_retransmit(record)
 
+    def resend_plane(self, now: float, plane: int) -> int:
+        """The NIC port of `plane` went down: its unacknowledged packets are presumed lost
+        with it (the port's queue is flushed on carrier loss, and what was sent between the
+        failure and the port event went nowhere). Queue them for retransmission now, on the
+        planes still up, rather than wait out a packet timeout each. No EV is blamed: the
+        port explains the loss. A packet that did get through before the port died arrives
+        twice, which the responder counts as a duplicate. Returns how many were queued."""
+        queued = 0
+        for record in self.window.records.values():
+            if record.acked or record.rtx_pending or record.route.plane != plane:
+                continue
+            if record.counted:
+                self._cc.on_loss(record.length, now)
+                record.counted = False
+            self._queue_retransmit(record)
+            queued += 1
+        return queued
+
     def _ev_fails(self, ev_id: int, inferred: bool) -> bool:
         if not inferred:
             self._loss_strikes.pop(ev_id, None)
@@ -600,7 +618,13 @@ class Requester:
             if record is None or record.tx_seq != tx_seq or record.rtx_pending:
                 continue                          # acknowledged or sent again since
             self._counters.packet_timeouts += 1
+            self._count_timeout_loss(record)
             self._on_silent_loss(now, record)
+
+    def _count_timeout_loss(self, record: SentPacket) -> None:
+        by_plane = self._counters.timeout_losses_by_plane
+        plane = record.route.plane
+        by_plane[plane] = by_plane.get(plane, 0) + 1
 
     def _expire_retry_timer(self, now: float) -> None:
         window = self.window
@@ -619,6 +643,7 @@ class Requester:
             # A timeout like the packet timer's, only sooner when little is in flight: the
             # oldest packet's EV is demoted too, or a dead EV keeps its GOOD state (its packet
             # timer finds the packet resent) and keeps swallowing packets.
+            self._count_timeout_loss(record)
             self._on_silent_loss(now, record)
 
     # ------------------------------------------------------------------------- teardown, stats

@@ -12,6 +12,11 @@ destination. Sockets keep
 the network namespace they were created in, so one process can run the NICs
 of several hosts (tests, benchmarks) or just its own (an agent).
 
+A NIC given its ports' interface indexes also hears their link state from the kernel
+(`port_events.PortWatch`: RTM_NEWLINK over netlink): a port that loses its carrier takes its
+plane out of the endpoint's EV tables at once (`Endpoint.port_down`), and its return puts the
+plane back, instead of the sender finding the dead port EV by EV through packet timeouts.
+
 The receive side reads the EV back from both halves the sender wrote: the UDP
 source port comes with the datagram's address, the flow label (and the traffic
 class, whose ECN bits tell a CE mark) with an IPV6_FLOWINFO control message
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from testbed.nic.emulated_timescale import DATA_FRAME_BYTES
 from testbed.nic.endpoint import Endpoint
 from testbed.nic.outgoing import Outgoing
+from testbed.nic.port_events import PortWatch
 from testbed.nic.wire import UDP_PORT, build_inner, sport_flowlabel_to_ev
 
 IPPROTO_IPV6_IN_IPV6 = 41
@@ -51,6 +57,10 @@ HEADROOM_PACKETS = 2       # a pacing port holds this much beyond what is leavin
 MIN_HEADROOM_S = 0.003     # ...and at least this: the loop wakes every IDLE_WAIT_S
 RX_BUDGET = 512
 IDLE_WAIT_S = 0.001
+# How often a busy loop looks for port events (one poll() of every NIC's netlink socket):
+# a tenth of a millisecond is 1 % of the emulated base RTT (>= 10 ms, emulated_timescale),
+# and keeps the check off the per-packet cost. An idle loop's poller wakes on them at once.
+PORT_CHECK_S = 1e-4
 
 
 class AddressBook:
@@ -86,6 +96,12 @@ class Nic:
     # The delay stage: received packets not yet seen by the endpoint, as
     # (release time, on_packet arguments), in arrival order.
     held: deque[tuple[float, tuple]] = field(default_factory=deque)
+    # The NIC's port interfaces in its netns, ifindex -> plane: with them, `ports`
+    # watches their link state, and every change the endpoint was told of is kept in
+    # `port_events` as (time.monotonic(), plane, up).
+    port_planes: dict[int, int] = field(default_factory=dict)
+    ports: PortWatch | None = field(init=False)
+    port_events: list[tuple[float, int, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tx = socket.socket(socket.AF_INET6, socket.SOCK_RAW,
@@ -113,11 +129,34 @@ class Nic:
         self.rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.rx.setblocking(False)
         self.rx.bind(('::', UDP_PORT))
+        # Set here, not as the field's default: a compiled dataclass leaves an
+        # init=False field's default unset (AttributeError on first read).
+        self.ports = None
+        if self.port_planes:
+            try:
+                self.ports = PortWatch(self.port_planes)
+            except OSError:
+                self.close()              # the sockets made so far: nothing leaks
+                raise
+
+    def on_port_changes(self, now: float) -> None:
+        """Tell the endpoint of every port that went down or came back since last asked."""
+        ports = self.ports
+        if ports is None:
+            return
+        for plane, up in ports.read():
+            if up:
+                self.endpoint.port_up(plane, now)
+            else:
+                self.endpoint.port_down(plane, now)
+            self.port_events.append((now, plane, up))
 
     def close(self) -> None:
         self.tx.close()
         self.plain.close()
         self.rx.close()
+        if self.ports is not None:
+            self.ports.close()
 
 
 class SocketRuntime:
@@ -158,19 +197,37 @@ class SocketRuntime:
         # poll, not select: a long-lived process may hold descriptors
         # numbered above select's limit of 1024.
         self.poller = select.poll()
+        # The NICs' netlink sockets alone, by descriptor: one poll() finds those with news.
+        self._port_poller = select.poll()
+        self._watched: dict[int, Nic] = {}
+        self._next_port_check = 0.0
 
-    def add(self, endpoint: Endpoint) -> Nic:
-        """Create the NIC's sockets in the calling thread's netns."""
-        nic = Nic(endpoint)
+    def add(self, endpoint: Endpoint,
+            port_ifindex: Mapping[int, int] | None = None) -> Nic:
+        """Create the NIC's sockets in the calling thread's netns. `port_ifindex`: the
+        host's port interfaces there, plane -> ifindex (`socket.if_nametoindex` inside
+        the netns), whose link state the NIC then watches (module doc)."""
+        nic = Nic(endpoint, port_planes={index: plane for plane, index
+                                          in (port_ifindex or {}).items()})
         self.nics.append(nic)
         self.poller.register(nic.rx, select.POLLIN)
+        if nic.ports is not None:
+            fd = nic.ports.fileno()
+            self._watched[fd] = nic
+            self.poller.register(fd, select.POLLIN)
+            self._port_poller.register(fd, select.POLLIN)
         return nic
 
     def close(self) -> None:
         for nic in self.nics:
             self.poller.unregister(nic.rx)
+            if nic.ports is not None:
+                fd = nic.ports.fileno()
+                self.poller.unregister(fd)
+                self._port_poller.unregister(fd)
             nic.close()
         self.nics.clear()
+        self._watched.clear()
 
     def run(self, stop: Callable[[], bool], timeout_s: float) -> bool:
         """Loop until stop() is true (returns True) or timeout (False)."""
@@ -185,6 +242,9 @@ class SocketRuntime:
         now = time.monotonic()
         busy = False
         wait = IDLE_WAIT_S
+        if self._watched and now >= self._next_port_check:
+            self._next_port_check = now + PORT_CHECK_S
+            self._check_ports(now)
         for nic in self.nics:
             due = nic.endpoint.next_deadline()
             if due is not None and due <= now:
@@ -200,6 +260,11 @@ class SocketRuntime:
                     wait = min(wait, max(0.0, nic.held[0][0] - now))
         if not busy:
             self.poller.poll(wait * 1000)
+
+    def _check_ports(self, now: float) -> None:
+        """Port events first in a turn: no packet of this turn goes to a dead port."""
+        for fd, _events in self._port_poller.poll(0):
+            self._watched[fd].on_port_changes(now)
 
     def _send(self, nic: Nic, now: float) -> int:
         free, budget = self._free_planes(nic, now)

@@ -11,7 +11,9 @@ The QPs' EVs come from the control plane, as in the OCP model: the EV
 planner (`testbed.mrc_ctl.ev_planner`) computes an explicit EV profile per
 pair from the fabric's plan, and each QP's EV table is that profile's array,
 expanded. The profiles, and every EV event the NICs report back through the
-planner, go to the event log. On the routed fabric (`fabric_mode='routed'`,
+planner, go to the event log, and so does every NIC port event (a host
+port losing its link or getting it back, heard over netlink: the QPs of
+that host take the plane out at once). On the routed fabric (`fabric_mode='routed'`,
 RC's and ECMP's default) a QP has no EVs: its one "path" per plane is the
 peer's address there, the socket runtime sends it as plain IPv6, and the
 switches' ECMP hashes its 5-tuple, whose UDP source port is the QP's flow
@@ -20,6 +22,7 @@ entropy as in RoCEv2 (`testbed.nic.routes.rocev2_source_port`).
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -95,14 +98,21 @@ class EndpointFlows:
         self.plane_bytes: Counter[int] = Counter()
         self.path_bytes: Counter[str] = Counter()
         self._profile_events: list[dict] = []
+        self._ports_logged: Counter[str] = Counter()   # host -> port events logged
 
     def _endpoint(self, host: str) -> Endpoint:
         if host not in self.endpoints:
             ep = Endpoint(host, seed=self.seed * 1000 + len(self.endpoints))
             with inside(self.fab.host_pid(host)):
-                self.runtime.add(ep)
+                self.runtime.add(ep, self._port_ifindex(host))
             self.endpoints[host] = ep
         return self.endpoints[host]
+
+    def _port_ifindex(self, host: str) -> dict[int, int]:
+        """The host's port interfaces, plane -> ifindex (call inside its netns)."""
+        plan = self.fab.plan
+        return {plane: socket.if_nametoindex(plan.host_ports[(host, plane)].intf)
+                for plane in plan.planes}
 
     def _count(self, now: float, nic: Nic, pkt: Outgoing) -> None:
         if pkt.data[0] in DATA_OPCODES:
@@ -208,6 +218,7 @@ class EndpointFlows:
         """The EV profiles made at `prepare`, then every EV event the QPs
         reported since the last call, as the planner hears them."""
         out, self._profile_events = self._profile_events, []
+        out += self._port_events()
         for (src, dst), conn in self.connections.items():
             table = conn.requester.ev_table
             for e in table.poll_events() if table and conn.evs else ():
@@ -217,6 +228,17 @@ class EndpointFlows:
                             'new': str(e.new_state), 'reason': str(e.reason),
                             **conn.evs.on_nic_event(e.ev_id, str(e.path),
                                                     e.new_state)})
+        return out
+
+    def _port_events(self) -> list[dict]:
+        """The NIC port events heard since the last call."""
+        out = []
+        for nic in self.runtime.nics:
+            host = nic.endpoint.addr
+            out += [{'time': t, 'event': 'nic_port', 'host': host, 'plane': plane,
+                     'state': 'up' if up else 'down'}
+                    for t, plane, up in nic.port_events[self._ports_logged[host]:]]
+            self._ports_logged[host] = len(nic.port_events)
         return out
 
     def queueing_delay(self) -> tuple[list[int], float | None]:
