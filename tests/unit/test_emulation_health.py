@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from testbed.workload.emulation_health import (
-    WAIT_LIMIT, HealthSample, _run_queue_wait_ns, health_between)
+    HealthSample, _run_queue_wait_ns, health_between)
 
 SPIN_S = 0.6
 
@@ -49,9 +49,12 @@ def test_a_process_sharing_the_cpu_shows_as_wait():
     if not os.path.exists('/proc/self/task/%d/schedstat' % os.getpid()):
         pytest.skip('kernel without scheduler statistics')
     # Two busy loops on one CPU get about half each (CFS): this one waits about as long
-    # as it runs. Alone it waits for nothing but the odd kernel thread.
-    assert waited_while_spinning(competitor=True) > 0.3
-    assert waited_while_spinning(competitor=False) < WAIT_LIMIT
+    # as it runs. Alone it waits only for what else the machine runs on that CPU, so
+    # the competitor shows as at least a third of the time more (not a fixed floor: the
+    # machine may be shared).
+    shared = waited_while_spinning(competitor=True)
+    alone = waited_while_spinning(competitor=False)
+    assert shared > 0.3 and shared - alone > 0.3
 
 
 def test_the_gate_names_who_waited():
