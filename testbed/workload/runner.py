@@ -230,7 +230,7 @@ class TransportRunner:
             while faults and faults[0].at <= now:
                 apply_fault(injector, faults.pop(0))
             injector.due(time.monotonic())
-            self._start_due(driver, records, now)
+            self._start_due(driver, now)
             driver.poll()
             if now >= next_bin:
                 self._sample(driver, records)
@@ -289,9 +289,9 @@ class TransportRunner:
         for rec in self._current:
             rec.due = now + rec.start_offset
         self._waiting = deque(sorted(self._current, key=lambda r: r.due))
-        self._start_due(driver, records, now)
+        self._start_due(driver, now)
 
-    def _start_due(self, driver, records, now: float) -> None:
+    def _start_due(self, driver, now: float) -> None:
         waiting = self._waiting
         while waiting and waiting[0].due <= now:
             rec = waiting.popleft()
