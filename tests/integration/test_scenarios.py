@@ -1,16 +1,50 @@
-"""Every shipped scenario, in its quick form, on a real fabric: its outcome
-is asserted, not just that it ran."""
+"""Every shipped scenario, in its quick form, on a real fabric: what each is
+for is asserted, not just that it ran.
+
+A result the project marks NOT TRUSTED (the emulator-health gate,
+`summary[transport]['trusted']`) never counts: the transports that came out
+untrusted are run once more, and a second untrusted result fails the test.
+
+Every time bound is in base RTTs of the scenario's fabric (`base_rtt_s`) or
+in the transport timers derived from it (`fabric_qp_profile`), as the
+endpoints run them:
+
+- T, the per-packet timeout, 11 base RTTs (the QP's ACK timer runs at T);
+- RC's retry budget, the verbs' retry_cnt 7 at T: its QP errors 8 T after
+  its last progress (`time_to_error`); ECMP's is MRC's schedule, 22 T;
+- C, the routed fabric's convergence delay (`convergence_delay_s`): the
+  controller applies a switch's port-status report C after hearing it.
+
+What MRC does on a fault that kills paths (docs/transport.md): a packet on
+an entropy value (EV) through the dead element is lost; its own timer finds
+it T after it was sent, marks that EV ASSUMED_BAD and resends it on the next
+GOOD EV. Every active EV of a sending QP carries a packet in each rotation
+of the EV table (32 active EVs: about one RTT of packets), so the first EV
+through the element is found within T plus a rotation of the fault
+(DETECT). A resend can land on a dead EV not found yet (one whose first
+packet since the fault left after the lost one, or a backup EV that replaced
+a dead one through the same element) and be lost once more; by T after the
+fault every dead EV that carried a packet has been found, so the third send
+of any packet goes on a live path. Every byte lost to the fault is therefore
+delivered within 3 T plus the three RTTs of its three sends, and the
+reported recovery (`metrics.recovery_time`: goodput smoothed over
+SMOOTHING_S, back to 90 % of what the fault left, per BIN_S bin) lags that
+by at most its smoothing window and one bin (RECOVERY).
+"""
 import csv
 import json
 import subprocess
 import sys
-import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
-import pytest
 
-from testbed.nic.emulated_timescale import base_rtt_s, emulated_qp_profile
+from testbed.fabric.faults.catalogue import disruptive
+from testbed.nic.emulated_timescale import base_rtt_s, fabric_qp_profile
+from testbed.nic.retry_timer import time_to_error
+from testbed.workload.congestion_metrics import _faulty, _touches
+from testbed.workload.metrics import SMOOTHING_S
 from testbed.workload.run_scenario import run_scenario
 from testbed.workload.runner import BIN_S
 from testbed.workload.scenario import load_scenario
@@ -21,97 +55,306 @@ SUMMARY_SCHEMA = json.loads((REPO / 'docs/schemas/summary.schema.json').read_tex
 OUTPUTS = {'scenario.yaml', 'summary.json', 'timeline.csv', 'events.jsonl',
            'report.md', 'goodput.png', 'planes.png', 'completion_cdf.png',
            'comparison.png', 'signals.png'}
+RETRY_EXCEEDED = 'retry counter exceeded'
+# A timer's expiry is seen when the endpoint loop next turns; on the shared
+# 2-core machine a turn can wait for a scheduler slice or two (the health
+# gate passes at most 10 % of the run waiting), under an RTT each.
+LOOP_SLACK_RTTS = 2
 
 
-def run_quick(name, tmp_path, timeline=False):
-    scenario = load_scenario(REPO / 'scenarios' / (name + '.yaml'))
-    out, summary = run_scenario(scenario, tmp_path, quick=True,
-                                progress=lambda line: None)
+@dataclass
+class Run:
+    """One transport's result: its summary row, events and timeline."""
+    summary: dict
+    events: list
+    rows: list
+
+
+@dataclass
+class Fabric:
+    """The scenario fabric's timers, as its endpoints run them."""
+    rtt: float          # base RTT, s
+    timeout: float      # T: per-packet timeout = the QP's ACK timer, s
+    rc_budget: float    # last progress to RC's QP error, s
+    ecmp_budget: float  # the same for ECMP (MRC's retry schedule), s
+
+    @classmethod
+    def of(cls, scenario) -> 'Fabric':
+        plan = scenario.plan()
+        rate = scenario.link_rate_mbit * 1e6
+        links, planes = plan.longest_path_links, len(plan.planes)
+        rc = fabric_qp_profile('rc', rate, planes, links)
+        ecmp = fabric_qp_profile('ecmp', rate, planes, links)
+        timeout = rc.transport_config.packet_timeout_s
+        assert ecmp.transport_config.packet_timeout_s == timeout
+        return cls(base_rtt_s(rate, links), timeout,
+                   time_to_error(timeout, rc.retry),
+                   time_to_error(timeout, ecmp.retry))
+
+    @property
+    def detect(self) -> float:
+        """Fault to the first EV through it found dead (see the module)."""
+        return self.timeout + (1 + LOOP_SLACK_RTTS) * self.rtt
+
+    @property
+    def recovery(self) -> float:
+        """Fault to goodput back (see the module)."""
+        return (3 * self.timeout + (3 + LOOP_SLACK_RTTS) * self.rtt
+                + SMOOTHING_S + BIN_S)
+
+
+def load_runs(out, transports):
+    """A results directory's outputs, checked, per transport."""
     assert OUTPUTS <= {p.name for p in out.iterdir()}
+    document = json.loads((out / 'summary.json').read_text())
     # What a tool reading summary.json may rely on (docs/results.md).
-    jsonschema.validate(json.loads((out / 'summary.json').read_text()),
-                        SUMMARY_SCHEMA, jsonschema.Draft202012Validator)
+    jsonschema.validate(document, SUMMARY_SCHEMA,
+                        jsonschema.Draft202012Validator)
     events = [json.loads(line) for line in
               (out / 'events.jsonl').read_text().splitlines()]
-    if timeline:
-        with (out / 'timeline.csv').open() as f:
-            return summary, events, list(csv.DictReader(f))
-    return summary, events
+    with (out / 'timeline.csv').open() as f:
+        rows = list(csv.DictReader(f))
+    return {t: Run(document['transports'][t],
+                   [e for e in events if e['transport'] == t],
+                   [r for r in rows if r['transport'] == t])
+            for t in transports}
 
 
-def zero_stretches(rows, transport, column):
+def run_quick(name, tmp_path):
+    """The scenario's quick form over every transport, each result trusted
+    (an untrusted transport is run once more)."""
+    scenario = load_scenario(REPO / 'scenarios' / (name + '.yaml'))
+    runs, todo = {}, scenario.quick_version().transports
+    for attempt in (1, 2):
+        out, _ = run_scenario(scenario, tmp_path / str(attempt),
+                              transports=todo, quick=True,
+                              progress=lambda line: None)
+        runs.update(load_runs(out, todo))
+        todo = tuple(t for t in todo if not runs[t].summary['trusted'])
+        if not todo:
+            break
+    assert not todo, 'NOT TRUSTED twice: %s' % {
+        t: runs[t].summary['health']['reasons'] for t in todo}
+    return checked(scenario, runs)
+
+
+def checked(scenario, runs):
+    sc = scenario.quick_version()
+    fabric = Fabric.of(sc)
+    for run in runs.values():
+        if run.summary['base_rtt_ms'] is not None:   # kernel TCP has none
+            assert run.summary['base_rtt_ms'] == round(fabric.rtt * 1e3, 2)
+    return sc, fabric, runs
+
+
+def faults_of(run):
+    """The disruptive fault events the transport's run logged."""
+    return [e for e in run.events if disruptive(e.get('fault', ''))]
+
+
+def outage_s(sc, kind):
+    """How long the quick scenario's fault of `kind` keeps its element
+    down: until the fault that undoes it (a flap: each down half-period)."""
+    timeline = sc.timeline()
+    for i, fault in enumerate(timeline):
+        if fault.kind == kind:
+            if kind == 'link_flap':
+                return fault.get('period_s') / 2
+            return next(f.at for f in timeline[i + 1:]
+                        if not disruptive(f.kind)) - fault.at
+    raise AssertionError('no %s in %s' % (kind, sc.name))
+
+
+def completes_intact(run):
+    s = run.summary
+    assert s['completed'], (s['flows_done'], s['flows'], s['qp_errors'],
+                            s['aborted'])
+    assert s['bytes_corrupted'] == 0
+    assert s['qp_errors'] == []
+
+
+# --- MRC --------------------------------------------------------------------
+
+# Faults that take a host's NIC port down (its link's carrier): the
+# endpoint is told at once by the kernel (a port event, docs/faults.md) and
+# stops sending there; only its peers, which are told nothing, find the
+# port's paths by their timers.
+PORT_FAULTS = ('plane_down', 'nic_port_down')
+# The port event reaches the endpoint loop at its next turn: within two
+# base RTTs of the fault's application (as in test_nic_port_events.py).
+PORT_EVENT_RTTS = 2
+
+
+def assert_mrc_rides_through(sc, fabric, run, recovery=True):
+    """Completes intact; every fault that killed paths is found within
+    DETECT by the packet timers (and, for a NIC port, by the port event at
+    once) and recovered from within RECOVERY."""
+    completes_intact(run)
+    plan = sc.plan()
+    paths = {}
+    hosts = {h for e in run.events if e.get('event') == 'flow_start'
+             for h in (e['src'], e['dst'])}
+    for fault in faults_of(run):
+        if fault['fault'] in PORT_FAULTS:
+            told = {(e['host'], e['plane']): e['t'] for e in run.events
+                    if e.get('event') == 'nic_port' and e['state'] == 'down'
+                    and e['t'] >= fault['t']}
+            ports = ({(fault['host'], fault['plane'])}
+                     if fault['fault'] == 'nic_port_down'
+                     else {(h, fault['plane']) for h in hosts})
+            assert ports <= set(told), (ports, told)
+            for port in ports:
+                assert told[port] - fault['t'] <= fault['apply_s'] + \
+                    PORT_EVENT_RTTS * fabric.rtt, (port, told[port], fault)
+            if fault['fault'] == 'plane_down':
+                continue       # every end is told: no timer has to find it
+        dead = _faulty([fault])
+        found = []
+        for e in run.events:
+            if e.get('event') != 'ev_state' or e['new'] != 'ASSUMED_BAD' \
+                    or e['reason'] != 'timeout' or e['t'] < fault['t']:
+                continue
+            pair = (e['src'], e['dst'])
+            if pair not in paths:
+                paths[pair] = {p.carrier: p for p in plan.all_paths(*pair)}
+            path = paths[pair].get(e['path'])
+            if path is not None and _touches(path, dead):
+                found.append(e)
+        assert found, ('no EV through %s found dead' % fault['fault'])
+        took = found[0]['t'] - fault['t']
+        assert took <= fabric.detect, (
+            '%s: first dead EV found %.3f s (%.1f RTTs) after it, bound %.3f s'
+            % (fault['fault'], took, took / fabric.rtt, fabric.detect))
+    if not recovery:
+        return
+    assert run.summary['recovery'], 'a recovery per fault that killed paths'
+    for r in run.summary['recovery']:
+        assert r['recovery_s'] is not None, run.summary['recovery']
+        assert r['recovery_s'] <= fabric.recovery, (
+            '%s: recovery %.3f s (%.1f RTTs), bound %.3f s (%.1f RTTs)' % (
+                r['fault'], r['recovery_s'], r['recovery_s'] / fabric.rtt,
+                fabric.recovery, fabric.recovery / fabric.rtt))
+
+
+# --- the routed baselines (docs/routed-fabric.md) ---------------------------
+
+def assert_routes_move_after_convergence(run):
+    """The controller rewrites the ECMP groups one convergence delay after
+    the switches report the first fault (port-status comes within
+    milliseconds), never sooner; or the run ended first."""
+    s = run.summary
+    assert s['fabric'] == 'routed'
+    delay = s['convergence_delay_s']
+    first = s['routes_moved'][0] if s['routes_moved'] else None
+    if first is None or first['after_s'] is None:
+        return
+    assert delay <= first['after_s'] <= delay + 0.1, s['routes_moved']
+
+
+def survives(repair_s, fabric, budget_s):
+    """A routed QP stalled by an element that is repaired `repair_s` after
+    the fault (it comes back, or routes move) resends within one timeout T
+    of the repair and so survives if that resend is acknowledged (an RTT)
+    before its budget from its last progress (at the fault) runs out, with
+    the loop's slack. True / False where the race is decided by the timers
+    alone, None where it is too close to call."""
+    margin = (1 + LOOP_SLACK_RTTS) * fabric.rtt
+    if repair_s + fabric.timeout + margin <= budget_s:
+        return True
+    if repair_s >= budget_s + margin:
+        return False
+    return None
+
+
+def assert_routed_outcome(run, fabric, budget_s, outage):
+    """What a single-path QP on the routed fabric does across an outage
+    (docs/routed-fabric.md): the element is repaired after
+    min(outage, convergence delay); a QP that was stalled by it survives
+    when its retry budget outlasts that (`survives`), and otherwise errors
+    with 'retry counter exceeded' its budget after its last progress (the
+    fault, or its start when it started later). Every flow that failed did
+    so that way."""
+    s = run.summary
+    assert s['bytes_corrupted'] == 0
+    assert_routes_move_after_convergence(run)
+    repair = min(outage, s['convergence_delay_s'])
+    verdict = survives(repair, fabric, budget_s)
+    fault = faults_of(run)[0]['t']
+    starts = {e['flow']: e['t'] for e in run.events
+              if e.get('event') == 'flow_start'}
+    for e in run.events:
+        if e.get('event') != 'flow_failed':
+            continue
+        assert e['error'] == RETRY_EXCEEDED, e
+        stalled = max(fault, starts[e['flow']])
+        # The last acknowledgement can come up to an RTT after the fault
+        # (the SACK of a packet that had already crossed the element).
+        assert budget_s - fabric.rtt <= e['t'] - stalled <= budget_s + (
+            1 + LOOP_SLACK_RTTS) * fabric.rtt, (e, stalled, budget_s)
+    if verdict is True:
+        completes_intact(run)
+    return verdict
+
+
+# --- the scenarios ------------------------------------------------------------
+
+def test_every_scenario_file_is_covered():
+    tested = {name[len('test_'):] for name in globals()
+              if name.startswith('test_')}
+    assert {p.stem for p in SCENARIOS} <= tested
+
+
+def test_link_failure_allreduce(tmp_path):
+    sc, fabric, runs = run_quick('link_failure_allreduce', tmp_path)
+    assert_mrc_rides_through(sc, fabric, runs['mrc'])
+    assert_healthy_plane_never_stalls(runs['mrc'], fabric, ('p1a0x0', 'p1c0'))
+    outage = outage_s(sc, 'link_down')          # 4 s
+    # RC: its budget (8 T, 1.6 s) ends long before the link returns (4 s)
+    # or the routes move (5.9 s): a QP hashed across the link errors. The
+    # hash is deterministic (UDP source ports from the QP numbers, fixed hash
+    # fields: docs/routed-fabric.md), and RC's QPs h1 -> h5 / h13 -> h1
+    # cross p1a0x0-p1c0, as the README's run shows.
+    assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
+                                 outage) is False
+    assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
+    assert not runs['rc'].summary['completed']
+    # ECMP: its budget (22 T, 4.4 s) outlasts the outage (4 s) by more than
+    # a timeout: every stalled QP resends after the link is back, and the
+    # job completes.
+    assert assert_routed_outcome(runs['ecmp'], fabric, fabric.ecmp_budget,
+                                 outage) is True
+
+
+def zero_stretches(rows, column):
     """(start s, length s) of every stretch of 10 ms bins with nothing on
-    `column`, while the transport's job was still moving data."""
-    mine = [r for r in rows if r['transport'] == transport]
-    busy = [i for i, r in enumerate(mine) if float(r['goodput_mbps']) > 0]
+    `column`, while the job was still moving data."""
+    busy = [i for i, r in enumerate(rows) if float(r['goodput_mbps']) > 0]
     out, start = [], None
-    for i, r in enumerate(mine[:busy[-1] + 1] if busy else []):
+    for i, r in enumerate(rows[:busy[-1] + 1] if busy else []):
         if float(r[column]) == 0 and start is None:
             start = i
         elif float(r[column]) > 0 and start is not None:
-            out.append((float(mine[start]['t_s']), (i - start) * BIN_S))
+            out.append((float(rows[start]['t_s']), (i - start) * BIN_S))
             start = None
     return out
 
 
-def assert_mrc_rides_through(summary, recovery_bound_s=None):
-    mrc = summary['mrc']
-    assert mrc['completed'], mrc
-    assert mrc['bytes_corrupted'] == 0
-    if recovery_bound_s is not None:
-        for fault in mrc['recovery']:
-            assert fault['recovery_s'] is not None
-            assert fault['recovery_s'] <= recovery_bound_s, mrc['recovery']
-
-
-def test_every_scenario_file_is_covered():
-    tested = set(MRC_RIDES_THROUGH) | {'link_failure_allreduce',
-                                       'permutation_ecmp_vs_mrc'}
-    assert {p.stem for p in SCENARIOS} == tested
-
-
-def test_link_failure_allreduce(tmp_path):
-    summary, events, rows = run_quick('link_failure_allreduce', tmp_path,
-                                      timeline=True)
-    # Congestion is signalled, so it never stalls the healthy plane 2 for a
-    # packet timeout. Only finding the dead link does: each QP whose paths
-    # cross it times out once on its first packets there (the all-reduce
-    # then waits at its barrier), which the EV events show as a timeout on
-    # a path through that link during the stall.
-    rtt = base_rtt_s(10e6, 6)
-    timeout = emulated_qp_profile(20e6, rtt).transport_config.packet_timeout_s
-    found_dead = [e['t'] for e in events if e['transport'] == 'mrc'
-                  and e.get('event') == 'ev_state' and e['new'] == 'ASSUMED_BAD'
-                  and e['reason'] == 'timeout'
-                  and crosses(e['path'], ('p1a0x0', 'p1c0'))]
-    stalls = [(t, length) for t, length in zero_stretches(rows, 'mrc',
+def assert_healthy_plane_never_stalls(run, fabric, link):
+    """Congestion is signalled, so it never stalls the healthy plane 2 for
+    a packet timeout. Only finding the dead link does: each QP whose paths
+    cross it times out once on its first packets there (the all-reduce
+    then waits at its barrier), which the EV events show as a timeout on
+    a path through that link during the stall."""
+    found_dead = [e['t'] for e in run.events if e.get('event') == 'ev_state'
+                  and e['new'] == 'ASSUMED_BAD' and e['reason'] == 'timeout'
+                  and crosses(e['path'], link)]
+    stalls = [(t, length) for t, length in zero_stretches(run.rows,
                                                          'plane2_mbps')
-              if length >= timeout and not any(
-                  t - rtt <= d <= t + length + 2 * rtt for d in found_dead)]
-    # A plane whose switch ports never marked, trimmed or dropped was never
-    # congested: a stall there is a packet lost outside the fabric's model
-    # (the emulator's own loss, which the health gate does not count yet),
-    # not congestion's. It is reported, not passed off as congestion.
-    plane2 = summary['mrc']['signals']['per_plane']['2']
-    if stalls and not any(plane2.values()):
-        warnings.warn('healthy plane stalled %s with no congestion signal on '
-                      'it: loss outside the model (packets sent %d, received '
-                      '%d)' % (stalls, summary['mrc']['transport_counters']
-                               ['packets_sent'], summary['mrc']
-                               ['transport_counters']['packets_received']))
-        stalls = []
-    assert stalls == [], (stalls, found_dead, plane2)
-    assert_mrc_rides_through(summary, recovery_bound_s=2.0)
-    dead = ('p1a0x0', 'p1c0')
-    for transport in ('rc', 'ecmp'):
-        pinned = [e['pinned_path']['path'] for e in events
-                  if e['transport'] == transport and e.get('event') == 'flow_start']
-        if any(crosses(p, dead) for p in pinned):
-            # A flow pinned across the dead link stalls: the job is slower
-            # than MRC's, and RC's budget runs out into a QP error.
-            assert summary[transport]['goodput_mbps'] < summary['mrc']['goodput_mbps']
-            if transport == 'rc':
-                assert summary['rc']['qp_errors'] == ['retry counter exceeded']
+              if length >= fabric.timeout and not any(
+                  t - fabric.rtt <= d <= t + length + 2 * fabric.rtt
+                  for d in found_dead)]
+    assert stalls == [], (stalls, found_dead,
+                          run.summary['signals']['per_plane']['2'])
 
 
 def crosses(carrier, link):
@@ -125,24 +368,150 @@ def crosses(carrier, link):
     return any({x, y} == {a, b} for x, y in zip(usids, usids[1:]))
 
 
-# Scenarios whose assertion is that MRC completes every flow intact, and,
-# where a bound is given, recovers from each fault within it (seconds).
-MRC_RIDES_THROUGH = {'core_switch_failure': 2.0, 'plane_failure': None,
-                     'flapping_link': None, 'gray_failure_1pct': None,
-                     'incast_7to1_victim': None, 'nic_port_failure': None}
+def test_core_switch_failure(tmp_path):
+    sc, fabric, runs = run_quick('core_switch_failure', tmp_path)
+    assert_mrc_rides_through(sc, fabric, runs['mrc'])
+    outage = outage_s(sc, 'switch_down')        # 4.2 s
+    # RC's 1.6 s ends before the core returns: its QPs through p1c0 error.
+    assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
+                                 outage) is False
+    assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
+    # ECMP's 4.4 s against 4.2 s plus a resend: too close to call; whatever
+    # happens, it happens as above.
+    assert_routed_outcome(runs['ecmp'], fabric, fabric.ecmp_budget, outage)
 
 
-@pytest.mark.parametrize('name', sorted(MRC_RIDES_THROUGH))
-def test_mrc_rides_through(name, tmp_path):
-    summary, _ = run_quick(name, tmp_path)
-    assert_mrc_rides_through(summary, MRC_RIDES_THROUGH[name])
+def test_plane_failure(tmp_path):
+    sc, fabric, runs = run_quick('plane_failure', tmp_path)
+    # Every host's plane-1 port loses its carrier: each endpoint is told
+    # and MRC carries on over planes 2-4, 3 of 4 of the capacity.
+    assert_mrc_rides_through(sc, fabric, runs['mrc'])
+    assert runs['mrc'].summary['recovery'][0]['capacity_left'] == 0.75
+    outage = outage_s(sc, 'plane_down')         # 3.2 s
+    # RC is bound to the plane its hash picked; one of its four QPs is on
+    # plane 1 (deterministic hash) and errors after its 8 T; ECMP's 22 T
+    # outlasts the outage plus a resend.
+    assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
+                                 outage) is False
+    assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
+    assert assert_routed_outcome(runs['ecmp'], fabric, fabric.ecmp_budget,
+                                 outage) is True
+
+
+def test_flapping_link(tmp_path):
+    sc, fabric, runs = run_quick('flapping_link', tmp_path)
+    # Each of the four down periods is a fault of its own: found and
+    # recovered from within the bounds each time.
+    assert len(faults_of(runs['mrc'])) >= 3
+    assert_mrc_rides_through(sc, fabric, runs['mrc'])
+    outage = outage_s(sc, 'link_flap')          # 0.5 s down each time
+    # Down 0.5 s at a time, less than either budget less a timeout: RC and
+    # ECMP stall and resume each time, and complete.
+    for name, budget in (('rc', fabric.rc_budget),
+                         ('ecmp', fabric.ecmp_budget)):
+        assert assert_routed_outcome(runs[name], fabric, budget,
+                                     outage) is True
+
+
+def test_gray_failure_1pct(tmp_path):
+    sc, fabric, runs = run_quick('gray_failure_1pct', tmp_path)
+    mrc = runs['mrc'].summary
+    completes_intact(runs['mrc'])
+    # A lost packet costs MRC at most its own timeout and resend (SACKs
+    # name the others, which are not resent): no all-reduce step takes
+    # longer than the median one by more than T plus an RTT for the resend
+    # (a resend is lost again with 1 % probability).
+    assert mrc['step_p99_s'] - mrc['step_p50_s'] <= \
+        fabric.timeout + (1 + LOOP_SLACK_RTTS) * fabric.rtt, mrc
+    # A gray failure reports nothing and kills no path: no EV of MRC's is
+    # demoted by it for good (each timeout is one loss), and nothing is
+    # rerouted on the routed fabric.
+    for name in ('rc', 'ecmp', 'tcp'):
+        run = runs[name]
+        # 1 % loss never costs a QP 8 timeouts in a row without progress
+        # (0.01 ** 8), nor stalls TCP for good: all complete intact.
+        completes_intact(run)
+        assert all(m['groups_changed_at_s'] is None
+                   for m in run.summary['routes_moved'])
+
+
+def test_incast_7to1_victim(tmp_path):
+    sc, fabric, runs = run_quick('incast_7to1_victim', tmp_path)
+    rate = sc.link_rate_mbit
+    planes = len(sc.plan().planes)
+    incast_bytes = 7 * sc.workload.size_mb * 1e6
+    for name, run in runs.items():
+        s = run.summary
+        completes_intact(run)
+        # h1's ports are the incast's bottleneck whatever the transport:
+        # 7 x size over its planes x rate (2.24 s quick) is the least it can
+        # take; a shaper that let more through would finish sooner.
+        assert s['elapsed_s'] >= incast_bytes * 8 / (planes * rate * 1e6), s
+        assert s['victim']['completed'], (name, s['victim'])
+    # The victim h3 -> h2 crosses the aggregation-to-edge links into h1's
+    # edge switch with all seven senders (each is off that edge switch).
+    # Without congestion control those FIFO queues would share out by what
+    # arrives: each sender at its line rate, the victim's share 1/8 of
+    # them, a quarter of its reach (2 planes x 2 links x rate / 8 = 2.5 of
+    # its 10 Mbit/s). NSCC holds the incast to what h1's ports take, which
+    # leaves the victim more: MRC keeps it above the FIFO share.
+    victim = runs['mrc'].summary['victim']
+    fifo_share = planes * 2 * rate / 8 / (planes * rate)
+    assert victim['of_reach'] > fifo_share, victim
+
+
+def test_nic_port_failure(tmp_path):
+    sc, fabric, runs = run_quick('nic_port_failure', tmp_path)
+    # h1 learns of its own port at once (a port event); its peers' EVs
+    # towards h1's plane-1 port are found by their timers. The recovery
+    # figure is not a measure here: the quick form's bystander flow (h6 ->
+    # h11, 0.2 s on) ends at about 0.65 s, just after the fault, so the
+    # second before the fault carried load the workload no longer offers
+    # after it, a drop no transport could recover from. What the fault
+    # costs is bounded instead by the flows across h1: each completes.
+    assert_mrc_rides_through(sc, fabric, runs['mrc'], recovery=False)
+    outage = outage_s(sc, 'nic_port_down')      # 3.5 s
+    # A NIC port fault changes no route (it is a host's): the repair is the
+    # port's return. ECMP's 22 T outlasts it plus a resend; RC's 8 T does
+    # not, so an RC QP on h1's plane 1, if its hash put one there, errors.
+    assert all(m['groups_changed_at_s'] is None
+               for r in (runs['rc'], runs['ecmp'])
+               for m in r.summary['routes_moved'])
+    assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget, outage)
+    assert assert_routed_outcome(runs['ecmp'], fabric, fabric.ecmp_budget,
+                                 outage) is True
 
 
 def test_permutation_ecmp_vs_mrc(tmp_path):
-    summary, _ = run_quick('permutation_ecmp_vs_mrc', tmp_path)
-    assert_mrc_rides_through(summary)
-    assert summary['ecmp']['goodput_mbps'] < summary['mrc']['goodput_mbps']
-    assert summary['ecmp']['jain_paths'] < summary['mrc']['jain_paths']
+    sc, fabric, runs = run_quick('permutation_ecmp_vs_mrc', tmp_path)
+    for run in runs.values():
+        completes_intact(run)
+    mrc, ecmp = runs['mrc'].summary, runs['ecmp'].summary
+    # MRC sprays every flow over every path of both planes, one packet per
+    # active EV and rotation, its EVs spread evenly over the paths: each
+    # path carries about the same share.
+    assert mrc['jain_paths'] >= 0.9, mrc['jain_paths']
+    # ECMP (here on the SRv6 fabric, its paths named) pins each flow to the
+    # one path its hash gives: flows whose paths share a link (in the same
+    # direction) share its rate, so the last of n of them cannot be done
+    # before n x size at the link rate.
+    plan = sc.plan()
+    size = sc.workload.size_mb * 1e6
+    load = {}
+    for e in runs['ecmp'].events:
+        if e.get('event') != 'flow_start':
+            continue
+        carrier = e['pinned_path']['path']
+        path = {q.carrier: q for q in plan.all_paths(e['src'], e['dst'])}[carrier]
+        for hop in zip(path.switches, path.switches[1:]):
+            load[hop] = load.get(hop, 0) + 1
+    shared = max(load.values())
+    assert ecmp['fct_p99_s'] >= shared * size * 8 / (sc.link_rate_mbit * 1e6), (
+        shared, ecmp['fct_p99_s'])
+    if shared > 1:
+        assert ecmp['fct_p99_s'] > ecmp['fct_p50_s'], ecmp
+    # MPTCP opens a subflow per plane: both planes carry its bytes.
+    assert runs['mptcp'].summary['jain_planes'] >= 0.9, runs['mptcp'].summary
 
 
 def test_run_command_refuses_a_bad_scenario_before_building(tmp_path):
