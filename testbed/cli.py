@@ -26,18 +26,24 @@ class UsageError(Exception):
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised where the process is so that every `with FabricNet`
-    and `finally` on the way out tears down what it built."""
+    """SIGTERM or SIGHUP (the terminal went away), raised where the process
+    is so that every `with FabricNet` and `finally` on the way out tears
+    down what it built. The exit status is the shell's for that signal."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _on_sigterm(signum: int, frame) -> None:
-    raise Terminated()
+def _on_signal(signum: int, frame) -> None:
+    raise Terminated(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     verbosity.set_level(verbosity.level_for(args.verbose, args.quiet))
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
     try:
         return args.func(args)
     except UsageError as err:
@@ -49,9 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
         return 130
-    except Terminated:
-        print('terminated', file=sys.stderr)
-        return 143
+    except Terminated as stop:
+        print('hung up' if stop.signum == signal.SIGHUP else 'terminated',
+              file=sys.stderr)
+        return 128 + stop.signum
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,5 +1,6 @@
-"""SIGINT and SIGTERM mid-run: the run tears down what it built by itself,
-without `mrc-testbed clean`."""
+"""SIGINT, SIGTERM and SIGHUP mid-run: the run tears down what it built by
+itself, without `mrc-testbed clean`; `clean` refuses a live fabric, and
+`clean --force` removes it."""
 import signal
 import subprocess
 import sys
@@ -45,7 +46,9 @@ def wait_for_workload(proc: subprocess.Popen, timeout_s: float = 120) -> list:
 
 @pytest.mark.parametrize('sig,code,times', [(signal.SIGINT, 130, 1),
                                             (signal.SIGTERM, 143, 1),
-                                            (signal.SIGINT, 130, 3)])
+                                            (signal.SIGINT, 130, 3),
+                                            # the terminal closed under it
+                                            (signal.SIGHUP, 129, 1)])
 def test_signal_mid_scenario_leaves_nothing(sig, code, times, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, '-m', 'testbed.cli', 'run',
@@ -111,3 +114,42 @@ def test_clean_removes_our_bridges_when_ovs_vswitchd_was_left_stopped():
         ovs.ensure_running()
         subprocess.run(['ovs-vsctl', '--timeout=10', '--if-exists', 'del-br',
                         'mrcclean0'], timeout=30)
+
+
+def test_clean_refuses_a_live_fabric_and_force_removes_it(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'testbed.cli', 'run',
+         'scenarios/link_failure_allreduce.yaml', '--quick',
+         '--transport', 'mrc', '--out', str(tmp_path)], cwd=REPO,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = wait_for_workload(proc)
+        # The run holds the run lock from its build to its teardown: while
+        # it runs, what is on the machine is its fabric, and nobody else's.
+        before = leftovers()
+        refused = subprocess.run([sys.executable, '-m', 'testbed.cli',
+                                  'clean'], capture_output=True, text=True,
+                                 cwd=REPO, timeout=60)
+        assert refused.returncode == 2, refused.stderr
+        assert 'clean --force' in refused.stderr
+        assert str(proc.pid) in refused.stderr       # names the holder
+        assert proc.poll() is None, 'the run goes on'
+        after = leftovers()
+        assert after['bridges'] == before['bridges']
+        assert after['netns'] == before['netns']
+        forced = subprocess.run([sys.executable, '-m', 'testbed.cli',
+                                 'clean', '--force'], capture_output=True,
+                                text=True, cwd=REPO, timeout=120)
+        assert forced.returncode == 0, forced.stderr
+        removed = forced.stdout
+        assert 'removed:' in removed
+        assert '%d bridges' % len(before['bridges']) in removed, removed
+        # Its fabric gone from under it, the run ends without a result.
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(0.1)
+    err = ''.join(lines)
+    assert proc.returncode != 0, err[-2000:]
+    assert leaked() == {}, err[-2000:]
