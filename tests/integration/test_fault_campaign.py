@@ -2,23 +2,36 @@
 flaps, gray loss, NIC ports) against MRC writes on one real fabric. Every
 write must complete with every byte intact, or end in a clear QP error when
 no path at all was left; one still crawling after STUCK_AFTER_S is reported
-stuck, and at least three quarters must complete."""
+stuck, and at least three quarters must complete. Every drawn fault is
+applied while the write still has data in flight (checked as it is
+applied)."""
 import random
 import time
 
 from testbed.fabric.probe import PathProber
 from testbed.workload.endpoint_flows import EndpointFlows
 from testbed.fabric.faults.injector import FaultInjector
+from testbed.nic.emulated_timescale import DATA_FRAME_BYTES, DATA_PAYLOAD_BYTES
 
 TIMELINES = 24
-SIZE = 1 << 20
+SIZE = 2 << 20
 SRC, DST = 'h1', 'h16'
-# 70x the write's time on one plane at 20 Mbit/s (0.42 s): a write still
-# running then is stuck, an outcome of its own (neither done nor a QP
-# error), counted against the quota below. One timeline (a dead agg switch
-# on one plane and the receiver's port on the other) crawls at ~30
-# packets/s for 30-40 s: EVs through the dead port are found one timeout
-# at a time, since no port-status event reaches the endpoint yet.
+RATE_BPS = 20e6
+# The shortest time the write can take: every payload byte in full MRC
+# frames over both of the sender's 20 Mbit/s ports, nothing lost (2 MiB:
+# 1,533 frames of 1,510 bytes, 0.46 s). No write can finish sooner, so a
+# fault drawn before FAULTS_BY_S always lands while data is in flight; the
+# 0.16 s left covers the loop's own latency between a fault's time and its
+# injection (one poll turn, milliseconds). The loop checks it anyway.
+MIN_WRITE_S = -(-SIZE // DATA_PAYLOAD_BYTES) * DATA_FRAME_BYTES * 8 / (
+    2 * RATE_BPS)
+FAULTS_BY_S = 0.3
+# 32x the write's time on one plane (0.93 s): a write still running then
+# is stuck, an outcome of its own (neither done nor a QP error), counted
+# against the quota below. One timeline (a dead agg switch on one plane
+# and the receiver's port on the other) crawls at ~30 packets/s: EVs
+# through the dead port are found one timeout at a time, since no
+# port-status event reaches the endpoint yet.
 STUCK_AFTER_S = 30
 
 
@@ -48,8 +61,12 @@ def no_path_left(fab) -> bool:
         prober.close()
 
 
+def test_faults_are_drawn_within_the_shortest_write():
+    assert FAULTS_BY_S < MIN_WRITE_S
+
+
 def test_random_fault_timelines(fabric_factory):
-    fab = fabric_factory('fattree,k=4,planes=2,bw=20')
+    fab = fabric_factory('fattree,k=4,planes=2,bw=%g' % (RATE_BPS / 1e6))
     rnd = random.Random(7)
     outcomes = []
     for n in range(TIMELINES):
@@ -59,18 +76,26 @@ def test_random_fault_timelines(fabric_factory):
             driver.prepare([(SRC, DST, SIZE)])
             driver.start(n, SRC, DST, SIZE)
             faults = [random_fault(rnd, fab.plan) for _ in range(rnd.randint(1, 3))]
-            at = sorted(rnd.uniform(0, 0.3) for _ in faults)
+            at = sorted(rnd.uniform(0, FAULTS_BY_S) for _ in faults)
+            applied = []
             t0 = time.monotonic()
             while driver.status(n) == 'running':
                 if time.monotonic() - t0 > STUCK_AFTER_S:
                     break
-                while at and time.monotonic() - t0 >= at[0]:
+                while at and time.monotonic() - t0 >= at[0] \
+                        and driver.status(n) == 'running':
                     at.pop(0)
                     kind, params = faults[len(faults) - len(at) - 1]
+                    # In flight: the write is not complete and not all of
+                    # it has reached the receiver.
+                    applied.append((round(time.monotonic() - t0, 3),
+                                    driver.delivered(n)))
                     injector.apply(kind, **params)
                 injector.due()
                 driver.poll()
             status = driver.status(n)
+            assert len(applied) == len(faults), (n, faults, applied, status)
+            assert all(got < SIZE for _, got in applied), (n, applied)
             outcomes.append((faults, 'stuck' if status == 'running' else status,
                              driver.error(n)))
             assert driver.corrupt_bytes(n) == 0
