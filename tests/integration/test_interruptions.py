@@ -17,6 +17,14 @@ from tests.integration.leaks import leaked
 REPO = Path(__file__).resolve().parents[2]
 
 
+def default_sigint():
+    """In the child before it runs: SIGINT back to its default. A shell
+    that starts pytest in the background (`nohup pytest ... &`) makes it
+    ignored, and a Python started with SIGINT ignored never turns it into
+    KeyboardInterrupt: the signal would not land."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for_fabric(timeout_s=60):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -54,7 +62,8 @@ def test_signal_mid_scenario_leaves_nothing(sig, code, times, tmp_path):
         [sys.executable, '-m', 'testbed.cli', 'run',
          'scenarios/link_failure_allreduce.yaml', '--quick',
          '--out', str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint)
     try:
         lines = wait_for_workload(proc)
         assert leftovers()['bridges'] and leftovers()['processes']
@@ -78,7 +87,7 @@ def test_sigkill_mid_scenario_then_clean_restores_a_spotless_machine(tmp_path):
         [sys.executable, '-m', 'testbed.cli', 'run',
          'scenarios/link_failure_allreduce.yaml', '--quick',
          '--out', str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+        stderr=subprocess.DEVNULL, preexec_fn=default_sigint)
     try:
         wait_for_fabric()
         time.sleep(1.5)
@@ -121,7 +130,8 @@ def test_clean_refuses_a_live_fabric_and_force_removes_it(tmp_path):
         [sys.executable, '-m', 'testbed.cli', 'run',
          'scenarios/link_failure_allreduce.yaml', '--quick',
          '--transport', 'mrc', '--out', str(tmp_path)], cwd=REPO,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint)
     try:
         lines = wait_for_workload(proc)
         # The run holds the run lock from its build to its teardown: while
