@@ -338,8 +338,8 @@ def test_link_failure_allreduce(tmp_path):
     # RC: its budget (8 T, 1.6 s) ends long before the link returns (4 s)
     # or the routes move (5.9 s): a QP hashed across the link errors. The
     # hash is deterministic (UDP source ports from the QP numbers, fixed hash
-    # fields: docs/routed-fabric.md), and RC's QPs h1 -> h5 / h13 -> h1
-    # cross p1a0x0-p1c0, as the README's run shows.
+    # fields: docs/routed-fabric.md): in every run so far the ring's h1 ->
+    # h5 write in flight at the fault failed so, as in the README's table.
     assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
                                  outage) is False
     assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
