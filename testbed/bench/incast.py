@@ -1,4 +1,4 @@
-"""Section 4, incast: seven senders write to h1 at once while a victim
+"""Section 5, incast: seven senders write to h1 at once while a victim
 flow h3 -> h2 runs next to it (h2 hangs off h1's edge switch on every
 plane, so the victim shares the incast's aggregation-to-edge links but not
 h1's congested ports). The victim's throughput alone and with the incast,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 BUSY_LIMIT = 0.95          # of all cores, machine-wide
 PROCESS_LIMIT = 0.8        # of one core: past it the endpoint loop's own
-                           # delay drives MRC goodput down (bench/, section 5)
+                           # delay drives MRC goodput down (bench section emulator_scale)
 DROP_LIMIT = 0.001         # of the datapath's packets, dropped unread
 # Of the run's wall time, spent runnable but waiting for a CPU, by the endpoint
 # loop or by ovs-vswitchd: time the cores gave to other work, the fabric's own
