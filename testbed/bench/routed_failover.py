@@ -209,13 +209,13 @@ class RoutedFabric:
                      'link': PLACEHOLDER_LINK}],
             seed=7, transports=[transport],
             fabric_modes={transport: FABRIC[transport]})
-        rng = draw.rng()
         made: list[CountedLinkFailure] = []
 
         def injector(f, log, _runner) -> CountedLinkFailure:
+            # a fresh draw.rng(): a re-run attempt draws what the first did
             made.append(CountedLinkFailure(FaultInjector(f, log),
-                                           LinkCounters(f), random.Random(
-                                               rng.random()), draw.aimed))
+                                           LinkCounters(f), draw.rng(),
+                                           draw.aimed))
             return made[-1]
         trial = run_trial(self.ctx, KEY, self.fab, sc, transport,
                           draw.condition, draw.index, injector)
