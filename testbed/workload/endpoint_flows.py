@@ -241,6 +241,11 @@ class EndpointFlows:
             self._ports_logged[host] = len(nic.port_events)
         return out
 
+    def send_losses(self) -> int:
+        """Packets the endpoints could not send for a reason outside the
+        model (the socket runtime's `tx_unmodelled`)."""
+        return sum(nic.tx_unmodelled for nic in self.runtime.nics)
+
     def queueing_delay(self) -> tuple[list[int], float | None]:
         """Every requester's NSCC delay histogram, summed, and the target."""
         total: list[int] = []

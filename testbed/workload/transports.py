@@ -46,6 +46,10 @@ class Driver(Protocol):
     def retransmitted_bytes(self) -> int: ...
     def ev_events(self) -> list[dict]: ...
 
+    def send_losses(self) -> int:
+        """Packets the driver's own sockets could not send for a reason
+        outside the fabric's model (loss the health gate counts)."""
+
     def queueing_delay(self) -> tuple[list[int], float | None]:
         """The congestion controller's delay samples (a histogram in
         quarters of its target) and that target; ([], None) without."""
