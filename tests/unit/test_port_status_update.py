@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from testbed.nic import wire
 from testbed.nic.endpoint import Endpoint, connect
@@ -26,17 +25,18 @@ from testbed.nic.wire import (
     Sack,
     WireError,
 )
-from tests.unit.wire_examples import FUZZ, ROUND_TRIP, mutate, mutations, patched, u16
+from tests.unit.wire_examples import (
+    EXAMPLES,
+    FUZZ,
+    ROUND_TRIP,
+    mutate,
+    mutations,
+    patched,
+)
+from tests.unit.wire_examples import port_status_updates as updates
 
-EXAMPLE = PortStatusUpdate(0xBEEF, 0b10, 0b01, 2)
+EXAMPLE = EXAMPLES["port_status_update"]
 ENCODED = EXAMPLE.encode()
-
-
-@st.composite
-def updates(draw: st.DrawFn) -> PortStatusUpdate:
-    count = draw(st.integers(1, wire.MAX_PORTS))
-    mask = st.integers(0, (1 << count) - 1)
-    return PortStatusUpdate(draw(u16), draw(mask), draw(mask), count)
 
 
 # ------------------------------------------------------------------------------ wire
