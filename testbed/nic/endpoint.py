@@ -269,16 +269,10 @@ class Endpoint:
         data = encode_port_status_update(req_id, mask, changed, count)
         queued = 0
         for peer, qp in peers.items():
-            rtr = qp.rtr
-            assert rtr is not None                       # picked for having one
             peer_down = self.peer_planes_down.get(peer, set())
-            for plane in sorted(rtr.paths_by_plane):
-                if plane in self.local_planes_down or plane in peer_down:
-                    continue
-                paths = list(dict.fromkeys(rtr.paths_by_plane[plane]))
-                for k, path in enumerate(paths[:PORT_STATUS_COPIES_PER_PLANE]):
-                    self._endpoint_tx.append(Outgoing(
-                        path, plane, PORT_STATUS_EV_BASE + plane * MAX_PORTS + k, data, peer))
+            for plane, path, ev_id in _routes_to(qp):
+                if plane not in self.local_planes_down and plane not in peer_down:
+                    self._endpoint_tx.append(Outgoing(path, plane, ev_id, data, peer))
                     queued += 1
         self.port_status_sent += queued
         return queued
@@ -340,6 +334,30 @@ class Endpoint:
             "completions_queued": len(self.cq),
             "qps": {f"{qp.qpn:#x}": qp.stats() for qp in self._qp_list},
         }
+
+
+def _routes_to(qp: QueuePair) -> list[tuple[int, Any, int]]:
+    """(plane, path, EV id) for a Port Status Update to `qp`'s peer: up to
+    PORT_STATUS_COPIES_PER_PLANE distinct paths per plane, the responder's reverse routes
+    first — the paths its SACKs take, which a responder replaces when its SACKs stop
+    arriving (ReverseRoutes.replace), so the ones most likely to reach the peer now — then
+    the QP's other paths to the peer (rtr.paths_by_plane)."""
+    rtr = qp.rtr
+    assert rtr is not None                             # the caller picked it for one
+    picked: dict[int, list[tuple[Any, int]]] = {plane: [] for plane in rtr.paths_by_plane}
+    responder = qp.responder
+    candidates: list[tuple[int, Any, int]] = [
+        (route.plane, route.path, route.ev_id)
+        for route in (responder.reverse_routes.routes if responder is not None else ())]
+    for plane in sorted(rtr.paths_by_plane):
+        for k, path in enumerate(rtr.paths_by_plane[plane]):
+            candidates.append((plane, path, PORT_STATUS_EV_BASE + plane * MAX_PORTS + k))
+    for plane, path, ev_id in candidates:
+        chosen = picked.setdefault(plane, [])
+        if len(chosen) < PORT_STATUS_COPIES_PER_PLANE and all(p != path for p, _ in chosen):
+            chosen.append((path, ev_id))
+    return [(plane, path, ev_id) for plane in sorted(picked)
+            for path, ev_id in picked[plane]]
 
 
 def bring_up(qp: QueuePair, remote: Mapping[str, Any],

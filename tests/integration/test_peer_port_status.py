@@ -29,6 +29,7 @@ from testbed.nic.emulated_timescale import base_rtt_s
 from testbed.nic.endpoint import Endpoint
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.socket_runtime import Nic
+from testbed.nic.wire import Opcode
 from testbed.workload.endpoint_flows import DATA_OPCODES, EndpointFlows
 
 SPEC = 'fattree,k=4,planes=2,bw=20'
@@ -60,6 +61,10 @@ class Watch:
     """What the test reads off the run (see the module doc)."""
     data_sent: list[tuple[float, int]] = field(default_factory=list)
     timeouts_before_heard: int | None = None
+    # The receiver's packets to the sender: when each left (by its bytes) and, on
+    # arrival, its one-way delay (both ends run in this process, on one clock).
+    back_sent: dict[bytes, float] = field(default_factory=dict)
+    one_way: list[tuple[float, float, int]] = field(default_factory=list)  # (t, s, opcode)
 
 
 def nic_of(driver: EndpointFlows, host: str) -> Nic:
@@ -67,15 +72,25 @@ def nic_of(driver: EndpointFlows, host: str) -> Nic:
 
 
 def tap_sender(driver: EndpointFlows, watch: Watch) -> None:
-    """Record the sender's data packets (time, plane), then count as before."""
+    """Record the sender's data packets (time, plane) and the one-way delay of the
+    receiver's packets to it, then count as before."""
     count = driver.runtime.tap
 
     def tap(now: float, nic: Nic, pkt: Outgoing) -> None:
         if nic.endpoint.addr == SRC and pkt.data[0] in DATA_OPCODES:
             watch.data_sent.append((now, pkt.plane))
+        elif nic.endpoint.addr == DST:
+            watch.back_sent[pkt.data] = now
         if count is not None:
             count(now, nic, pkt)
+
+    def rx_tap(now: float, nic: Nic, data: bytes, ev: int, plane: int, src: str,
+               ce: bool) -> None:
+        sent = watch.back_sent.pop(data, None) if nic.endpoint.addr == SRC else None
+        if sent is not None:
+            watch.one_way.append((sent, now - sent, data[0]))
     driver.runtime.tap = tap
+    driver.runtime.rx_tap = rx_tap
 
 
 def fault_later(inj: FaultInjector, t0: float) -> threading.Thread:
@@ -158,9 +173,24 @@ def check(driver: EndpointFlows, inj: FaultInjector, watch: Watch,
              (heard_up - fault['nic_port_up']) * 1e3,
              receiver.endpoint.port_status_sent, sender.endpoint.port_status_received,
              sender.endpoint.port_status_stale))
+    psu = [(t - fault['nic_port_down'], d) for t, d, op in watch.one_way
+           if op == Opcode.PORT_STATUS_UPDATE]
+
+    def sacks(lo: float, hi: float) -> str:
+        """One-way delays of the receiver's SACKs sent from lo to hi s after a fault."""
+        got = sorted(d for t, d, op in watch.one_way if op == Opcode.SACK and any(
+            lo <= t - fault[f] < hi for f in ('nic_port_down', 'nic_port_up')))
+        return 'n=%d median %.2f max %.2f ms' % (
+            len(got), got[len(got) // 2] * 1e3, got[-1] * 1e3) if got else 'none'
+    print('updates (sent after the fault, one-way) ms: %s; SACKs sent 0-20 ms after a '
+          'port change, one-way: %s; 50-500 ms after: %s'
+          % ([(round(t * 1e3, 2), round(d * 1e3, 2)) for t, d in psu],
+             sacks(0.0, 0.02), sacks(0.05, 0.5)))
     assert heard_down - fault['nic_port_down'] <= BOUND_RTTS * rtt
     assert last - fault['nic_port_down'] <= BOUND_RTTS * rtt
-    assert not [t for t in on_plane if heard_down <= t < heard_up]
+    # A turn sends, then receives: what the sender sent in the turn that took the
+    # update in (at its time, heard_down) left before the update was read.
+    assert not [t for t in on_plane if heard_down < t < heard_up]
     # What the dead port swallowed was resent at the update; no timer found it
     # after the update (what was lost before it and timed out then is counted
     # in timeouts_before_heard).

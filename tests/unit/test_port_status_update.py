@@ -182,6 +182,9 @@ def test_a_port_event_sends_an_update_on_the_live_planes_only() -> None:
     # one), none on the dead plane 1.
     assert [plane for plane, *_ in updates_sent] == [2, 2]
     assert len({path for _, path, _, _ in updates_sent}) == 2
+    # On the paths B's SACKs take to A (its reverse routes), the ones known to work.
+    assert {path for _, path, _, _ in updates_sent} == {
+        r.path for r in pair.qb.responder.reverse_routes.routes if r.plane == 2}
     assert {dst for _, _, dst, _ in updates_sent} == {"A"}
     assert {p for *_, p in updates_sent} == {PortStatusUpdate(1, 0b10, 0b01, 2)}
     assert pair.b.port_status_sent == 2
