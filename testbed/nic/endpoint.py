@@ -252,7 +252,8 @@ class Endpoint:
         peer's is down), and on each on PORT_STATUS_COPIES_PER_PLANE distinct paths of it,
         so no single lost packet or broken link silences it; with one live plane left (a
         2-plane NIC with a port down) that is still two copies. The copies are 68 bytes
-        each, per port event: nothing next to the data. Returns the packets queued."""
+        each, per port event: nothing next to the data. Returns the packets queued.
+        (Source tags as in docs/wire-format.md's list of sources.)"""
         peers: dict[Any, QueuePair] = {}
         for qp in self._qp_list:
             if qp.rtr is not None and qp.state is not QpState.RESET:
