@@ -352,7 +352,7 @@ def _routes_to(qp: QueuePair) -> list[tuple[int, Any, int]]:
         for route in (responder.reverse_routes.routes if responder is not None else ())]
     for plane in sorted(rtr.paths_by_plane):
         for k, path in enumerate(rtr.paths_by_plane[plane]):
-            candidates.append((plane, path, PORT_STATUS_EV_BASE + plane * MAX_PORTS + k))
+            candidates.append((plane, path, PORT_STATUS_EV_BASE | plane << 16 | k & 0xFFFF))
     for plane, path, ev_id in candidates:
         chosen = picked.setdefault(plane, [])
         if len(chosen) < PORT_STATUS_COPIES_PER_PLANE and all(p != path for p, _ in chosen):
