@@ -16,6 +16,10 @@ A NIC given its ports' interface indexes also hears their link state from the ke
 (`port_events.PortWatch`: RTM_NEWLINK over netlink): a port that loses its carrier takes its
 plane out of the endpoint's EV tables at once (`Endpoint.port_down`), and its return puts the
 plane back, instead of the sender finding the dead port EV by EV through packet timeouts.
+The endpoint then queues a Port Status Update for each of its peers (an endpoint operation
+to QP 0x2, docs/wire-format.md §6.4), which leaves in the same turn's send like any packet
+poll_tx returns; one received is handed to the endpoint like any other, and what it changed
+is in `Endpoint.peer_port_events`. So both ends stop using the dead port's plane.
 
 The receive side reads the EV back from both halves the sender wrote: the UDP
 source port comes with the datagram's address, the flow label (and the traffic
