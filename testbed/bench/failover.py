@@ -125,8 +125,9 @@ packet; TCP waits for the link and then for its doubling retransmission
 timeout, about 1.5 s more. A lost NIC port kills the RC QP (retry counter
 exceeded) and stalls TCP for good; MRC hears the port event (netlink, the
 bypass column) and moves to the other plane in the same loop turn, keeping
-half, the capacity left; the receiver finds the dead port only through its
-own timeouts (no Port Status Update on the wire yet).''' % OUTAGE_S
+half, the capacity left; the receiver learns of it from the sender's Port
+Status Update (one one-way delay later) and stops acknowledging over that
+plane.''' % OUTAGE_S
 
 
 def run(ctx: BenchContext) -> SectionResult:
