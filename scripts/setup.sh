@@ -12,7 +12,12 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="$repo/.venv"
 apt_packages=(mininet openvswitch-switch iproute2 nftables ethtool tcpdump
               iputils-ping procps psmisc kmod python3-venv python3-pip
+              python3-setuptools python3-wheel python3-yaml python3-openvswitch
               util-linux clang llvm libbpf-dev linux-libc-dev tshark gcc python3-dev)
+# python3-setuptools: distutils for Mininet on Python >= 3.12 (see the Mininet check below),
+# and with python3-wheel the backend that installs this checkout; python3-yaml and
+# python3-openvswitch: PyYAML and ovs, the two dependencies constraints.txt leaves to the
+# distribution (scripts/constraints.py says why).
 # clang, llvm, libbpf-dev, linux-libc-dev: the switch-port eBPF program
 # (testbed/fabric/switch_port.c) and its headers; util-linux: nsenter, mount;
 # gcc, python3-dev: the compiled endpoint core (testbed/native_build.py).
@@ -63,40 +68,66 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Debian's mininet imports only under the system python, so the venv sees
-# the system site-packages and takes everything else from PyPI, pinned.
+# the system site-packages and takes everything else from PyPI at the exact versions
+# of constraints.txt (transitive dependencies included; scripts/constraints.py writes it).
 if [ ! -x "$venv/bin/python" ]; then
   say "creating $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
+pip_install() {
+  "$venv/bin/pip" install -q --disable-pip-version-check "$@" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+  return "${PIPESTATUS[0]}"
+}
 stamp="$venv/.requirements.sha256"
 want=$(cat "$repo/requirements.txt" "$repo/requirements-test.txt" \
-  "$repo/requirements-build.txt" "$repo/pyproject.toml" | sha256sum | cut -d' ' -f1)
+  "$repo/requirements-build.txt" "$repo/constraints.txt" "$repo/pyproject.toml" \
+  | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python dependencies"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$repo/requirements.txt" \
-    -r "$repo/requirements-test.txt" -r "$repo/requirements-build.txt" 2>&1 \
-    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-  # Editable from pyproject.toml (PEP 660): setuptools >= 64, which pip
-  # fetches for the build (Debian 12's venv has 66.1).
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e "$repo"
+  pip_install -c "$repo/constraints.txt" -r "$repo/requirements.txt" \
+    -r "$repo/requirements-test.txt" -r "$repo/requirements-build.txt"
+  # Editable from pyproject.toml (PEP 660: setuptools >= 64), built by the distribution's
+  # setuptools and wheel (Debian 12: 66.1, Ubuntu 24.04: 68.1) rather than whatever
+  # setuptools PyPI has on the day: no build isolation.
+  pip_install --no-deps --no-build-isolation -e "$repo"
   echo "$want" > "$stamp"
 fi
 
 # Prove that the venv's interpreter imports the distribution's Mininet, every time (a
-# fraction of a second). Mininet 2.3.0 (Debian 12, Ubuntu 24.04) imports distutils,
-# which Python 3.12 (Ubuntu 24.04) no longer ships; only setuptools' shim provides it.
-if ! mininet_err=$("$venv/bin/python" -c 'import mininet.net' 2>&1); then
-  say "$venv/bin/python ($("$venv/bin/python" -V 2>&1)) cannot import Mininet:"
-  printf '%s\n' "$mininet_err" | tail -n 3 >&2
-  case $mininet_err in
-    *distutils*)
-      say "Mininet imports distutils, which Python >= 3.12 lacks: setuptools provides" \
-          "it (python3-setuptools, or setuptools in $venv)" ;;
-    *"No module named 'mininet'"*)
-      say "the mininet package is not installed, or $venv does not see the system" \
-          "site-packages (remove $venv and run this again)" ;;
-  esac
-  exit 1
+# fraction of a second). Mininet 2.3.0 (Debian 12, Ubuntu 24.04) imports distutils, which
+# Python 3.12 (Ubuntu 24.04) no longer ships. setuptools provides it: its
+# distutils-precedence.pth, installed by python3-setuptools into /usr/lib/python3/dist-packages,
+# which a --system-site-packages venv reads, puts setuptools' copy of distutils behind
+# `import distutils`. Should that not work, setuptools in the venv itself (the same .pth, in
+# the venv's site-packages) is tried once, at the version below; then the check fails and
+# says why.
+venv_setuptools=setuptools==84.2.1
+mininet_imports() { mininet_err=$("$venv/bin/python" -c 'import mininet.net' 2>&1); }
+if ! mininet_imports; then
+  if [[ $mininet_err == *distutils* ]] && [ "${SETUPTOOLS_USE_DISTUTILS:-local}" = local ]
+  then
+    say "Mininet cannot import distutils; installing $venv_setuptools into $venv"
+    pip_install "$venv_setuptools" || true
+  fi
+  if ! mininet_imports; then
+    say "$venv/bin/python ($("$venv/bin/python" -V 2>&1)) cannot import Mininet:"
+    printf '%s\n' "$mininet_err" | tail -n 3 >&2
+    case $mininet_err in
+      *distutils*)
+        if [ "${SETUPTOOLS_USE_DISTUTILS:-local}" != local ]; then
+          say "SETUPTOOLS_USE_DISTUTILS=$SETUPTOOLS_USE_DISTUTILS turns setuptools'" \
+              "distutils off; unset it (Python >= 3.12 has no distutils of its own)"
+        else
+          say "Mininet imports distutils, which Python >= 3.12 lacks, and neither" \
+              "python3-setuptools nor $venv_setuptools in $venv provided it"
+        fi ;;
+      *"No module named 'mininet'"*)
+        say "the mininet package is not installed, or $venv does not see the system" \
+            "site-packages (remove $venv and run this again)" ;;
+    esac
+    exit 1
+  fi
 fi
 
 # No systemd on minimal machines and containers: start OVS ourselves, but
@@ -113,8 +144,19 @@ ovs_alive() {
 if ! ovs_alive; then
   say "starting Open vSwitch"
   ovs_log=$(mktemp)
-  if ! /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >"$ovs_log" 2>&1; then
-    say "ovs-ctl start failed:"; cat "$ovs_log" >&2; rm -f "$ovs_log"; exit 1
+  ovs_rc=0
+  /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >"$ovs_log" 2>&1 \
+    || ovs_rc=$?
+  if [ "$ovs_rc" -ne 0 ]; then
+    say "ovs-ctl start failed (exit $ovs_rc); its output:"; cat "$ovs_log" >&2
+    rm -f "$ovs_log"; exit 1
+  fi
+  # A daemon can exit right after ovs-ctl saw it detach: check both pidfiles again.
+  if ! ovs_alive; then
+    say "ovs-ctl start succeeded, but ovsdb-server or ovs-vswitchd is not running; its output:"
+    cat "$ovs_log" >&2; rm -f "$ovs_log"
+    say "see /var/log/openvswitch/ovsdb-server.log and ovs-vswitchd.log"
+    exit 1
   fi
   rm -f "$ovs_log"
 fi

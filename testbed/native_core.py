@@ -2,9 +2,9 @@
 
 Everything that decides whether the endpoint runs compiled or as Python lives here. The
 sans-IO core (`testbed/nic`) is typed Python; mypyc compiles those same sources to C
-extension modules, about twice the packets per core (`mrc-testbed bench`, section 5), with
-no second implementation to keep in step. `scripts/setup.sh` builds it once per state of
-the sources; a checkout without a build, an installed copy (`pip install .`) or
+extension modules, about twice the packets per core (`mrc-testbed bench --sections
+emulator_scale`), with no second implementation to keep in step. `scripts/setup.sh`
+builds it once per state of the sources; a checkout without a build, an installed copy (`pip install .`) or
 `MRC_TESTBED_CORE=python` run the Python sources, which stay the reference and are tested
 as such (tests/unit/test_native_core.py runs both and compares them).
 

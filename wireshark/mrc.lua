@@ -27,6 +27,7 @@ local OP = {
     WRITE_FIRST = 0x06, WRITE_MIDDLE = 0x07, WRITE_LAST = 0x08,
     WRITE_LAST_WITH_IMM = 0x09, WRITE_ONLY = 0x0A, WRITE_ONLY_WITH_IMM = 0x0B,
     SACK = 0xC0, NACK = 0xC1, RELIABILITY_PROBE = 0xC2, EV_PROBE = 0xC3, EV_PROBE_REPLY = 0xC4,
+    PORT_STATUS_UPDATE = 0xC5,  -- endpoint operation, wire-format.md §6.4
     CNP = 0x81,  -- RoCEv2's congestion notification packet, DCQCN's
 }
 local opcode_names = {}
@@ -91,6 +92,12 @@ local F = {
     probed_ev = ProtoField.uint32("mrc.evp.ev", "Probed EV", base.HEX),
     port = ProtoField.uint8("mrc.evp.port", "Prober port", base.DEC),
     rx_port = ProtoField.uint8("mrc.evp.rx_port", "Responder port", base.DEC),
+    ep_op = ProtoField.uint8("mrc.erth.ep_op", "Endpoint operation", base.HEX,
+                             { [1] = "PORT_STATUS" }),
+    port_status = ProtoField.uint32("mrc.psu.port_status", "Port status (bit p-1 = port p up)",
+                                    base.HEX),
+    ports_changed = ProtoField.uint32("mrc.psu.changed", "Ports changed", base.HEX),
+    port_count = ProtoField.uint8("mrc.psu.port_count", "Port count", base.DEC),
     reserved = ProtoField.bytes("mrc.reserved", "Reserved"),
     icrc = ProtoField.uint32("mrc.icrc", "ICRC", base.HEX),
     icrc_good = ProtoField.bool("mrc.icrc.good", "ICRC good"),
@@ -261,14 +268,26 @@ local function dissect_ev_probe(tvb, tree, reply)
     end
 end
 
+local function dissect_port_status(tvb, tree)
+    local erth = tree:add(tvb(12, 16), "ERTH")
+    erth:add(F.ep_op, tvb(12, 1))
+    erth:add(F.reserved, tvb(13, 15))
+    local eeth = tree:add(tvb(28, 36), "EETH")
+    eeth:add(F.port_status, tvb(28, 4))
+    eeth:add(F.ports_changed, tvb(32, 4))
+    eeth:add(F.port_count, tvb(36, 1))
+    eeth:add(F.reserved, tvb(37, 27))
+end
+
 -- Fixed body length after the BTH, by control opcode (the reliability probe's depends on TS).
 local fixed_body = { [OP.SACK] = 40, [OP.NACK] = 16, [OP.EV_PROBE] = 12, [OP.EV_PROBE_REPLY] = 16,
-                     [OP.CNP] = 16 }
+                     [OP.CNP] = 16, [OP.PORT_STATUS_UPDATE] = 52 }
 
 local function psn_field(opcode)
     if opcode == OP.SACK then return F.cack_psn end
     if opcode == OP.RELIABILITY_PROBE then return F.probe_id end
-    if opcode == OP.EV_PROBE or opcode == OP.EV_PROBE_REPLY then return F.req_id end
+    if opcode == OP.EV_PROBE or opcode == OP.EV_PROBE_REPLY or
+        opcode == OP.PORT_STATUS_UPDATE then return F.req_id end
     return F.psn
 end
 
@@ -321,6 +340,7 @@ function mrc.dissector(tvb, pinfo, tree)
             if opcode == OP.SACK then dissect_sack(tvb, root)
             elseif opcode == OP.NACK then dissect_nack(tvb, root)
             elseif opcode == OP.CNP then root:add(tvb(BTH_LEN, 16), "CNP: 16 reserved bytes")
+            elseif opcode == OP.PORT_STATUS_UPDATE then dissect_port_status(tvb, root)
             else dissect_ev_probe(tvb, root, opcode == OP.EV_PROBE_REPLY) end
         end
     end

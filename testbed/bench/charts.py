@@ -70,6 +70,34 @@ def cdfs(path: Path, series: Mapping[str, Sequence[float]], xlabel: str,
     return save(fig, path)
 
 
+def outcomes(path: Path, series: Mapping[str, Sequence[tuple[float, float | None]]],
+             xlabel: str, ylabel: str, title: str) -> Path:
+    """One point per trial (x, y) on log-log axes, one colour per series; a
+    trial with no y (it never recovered) is a cross on a 'never' line above
+    the rest."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    seen = [y for pts in series.values() for _, y in pts if y]
+    never = 2 * max(seen, default=1.0)
+    for offset, (name, points) in enumerate(series.items()):
+        shift = 1 + 0.06 * (offset - (len(series) - 1) / 2)   # side by side
+        ok = [(x * shift, max(y, 1e-3)) for x, y in points if y is not None]
+        bad = [x * shift for x, y in points if y is None]
+        ax.scatter([x for x, _ in ok], [y for _, y in ok], label=name,
+                   color=colour(name), alpha=0.8)
+        if bad:
+            ax.scatter(bad, [never] * len(bad), marker='x', color=colour(name),
+                       label='%s: never (QP error or not by the end)' % name)
+    ax.axhline(never, color='grey', lw=0.5, ls=':')
+    ax.set_xscale('log')
+    ax.set_yscale('log')
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return save(fig, path)
+
+
 def save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()

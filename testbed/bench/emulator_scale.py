@@ -1,4 +1,4 @@
-"""Section 5, scale of the emulator: what this machine can emulate, and
+"""Section 6, scale of the emulator: what this machine can emulate, and
 where the emulation stops being faithful.
 
 - build / ready / teardown time and memory of fat-trees vs switch count

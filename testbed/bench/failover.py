@@ -18,8 +18,8 @@ import statistics
 from dataclasses import dataclass
 
 from testbed.bench import charts
-from testbed.bench.harness import (BenchContext, SectionResult, Trial, goodput_mbps,
-                           md_table, rejected_note, retried_note, run_trial,
+from testbed.bench.harness import (BenchContext, RECOVERY_HOLD_S, SectionResult,
+                           Trial, goodput_mbps, md_table, rejected_note, retried_note, run_trial,
                            scenario, spread)
 from testbed.fabric.net import FabricNet
 from testbed.workload.base_rtt import measure_base_rtt
@@ -125,8 +125,9 @@ packet; TCP waits for the link and then for its doubling retransmission
 timeout, about 1.5 s more. A lost NIC port kills the RC QP (retry counter
 exceeded) and stalls TCP for good; MRC hears the port event (netlink, the
 bypass column) and moves to the other plane in the same loop turn, keeping
-half, the capacity left; the receiver finds the dead port only through its
-own timeouts (no Port Status Update on the wire yet).''' % OUTAGE_S
+half, the capacity left; the receiver learns of it from the sender's Port
+Status Update (one one-way delay later) and stops acknowledging over that
+plane.''' % OUTAGE_S
 
 
 def run(ctx: BenchContext) -> SectionResult:
@@ -159,8 +160,8 @@ def plan_failures(ctx: BenchContext) -> list[Failure]:
 def one(ctx: BenchContext, fab, failure: Failure, transport: str,
         rtt: float) -> Trial:
     # Every transport on the SRv6 fabric: a failure is aimed at the path a
-    # flow uses, which a routed flow's hash does not tell (the routed
-    # fabric's convergence race is in docs/routed-fabric.md).
+    # flow is pinned to (the routed fabric, with RoCE's reconvergence, is
+    # the routed_failover section's).
     sc = scenario('bench-failover', TOPOLOGY, RATE_MBIT, {
         'type': 'point_to_point', 'src': SRC, 'dst': DST, 'size_mb': SIZE_MB},
         duration_s=TRIAL_S if not ctx.quick else 5.0, faults=failure.faults,
@@ -178,7 +179,8 @@ def one(ctx: BenchContext, fab, failure: Failure, transport: str,
 def measure(trial: Trial, failure: Failure, rtt: float, plan) -> None:
     run = trial.run
     rec = recovery_time(goodput_mbps(run), BIN_S, failure.at, None,
-                        RECOVERED_FRACTION * failure.capacity_left)
+                        RECOVERED_FRACTION * failure.capacity_left,
+                        RECOVERY_HOLD_S)
     flow = run.flows[0]
     target = next(({k: e[k] for k in ('a', 'b', 'name', 'host', 'plane')
                     if k in e} for e in run.events
@@ -306,6 +308,10 @@ def report(ctx: BenchContext, trials: list[Trial], rtt: float) -> str:
                         'a link failure on the transfer\'s path(s)', log=True)
     return '\n\n'.join([
         '```sh\nmrc-testbed bench --sections %s\n```' % KEY,
+        'Every transport here runs on the static SRv6 fabric, which never '
+        'reroutes: RC and TCP stay pinned to their one path (the worst case '
+        'for a single-path transport; the next section runs them on the '
+        'routed fabric, as RoCE is deployed). '
         'One transfer %s -> %s (%g MB, more than any transport finishes in '
         'the %g s trial) on `%s` at %g Mbit/s per link; the failure at a '
         'random time 1.5–2.5 s in (drawn once per failure, the same for '
@@ -321,8 +327,10 @@ def report(ctx: BenchContext, trials: list[Trial], rtt: float) -> str:
             SRC, DST, SIZE_MB, TRIAL_S, TOPOLOGY, RATE_MBIT, OUTAGE_S,
             rtt * 1e3, rejected_note(trials), retried_note(trials)),
         '*Recovery*: from the failure until goodput (10 ms bins, 100 ms '
-        'moving average) is back to 90% of its level in the second before '
-        '(after a NIC port loss: 90% of the half that is left); *never*: '
+        'moving average) is back to 90%% of its level in the second before, '
+        'and stays there for %g s (longer than a window in flight, which '
+        'still arrives after acknowledgements stop; after a NIC port loss: '
+        '90%% of the half that is left); *never*: '
         'not by the end of the trial; 0 ms: goodput never fell below that '
         'level (the 100 ms average puts a floor of a few tens of ms under '
         'any dip that is seen at all). *Goodput kept*: mean goodput from '
@@ -331,7 +339,7 @@ def report(ctx: BenchContext, trials: list[Trial], rtt: float) -> str:
         'path crosses the failed element was taken out of the rotation '
         '(ASSUMED_BAD), the counterpart of the paper\'s bypass time; after '
         'a NIC port loss, until the sender heard the port event, which takes '
-        'the whole plane out at once.',
+        'the whole plane out at once.' % RECOVERY_HOLD_S,
         md_table(['failure', 'transport', 'n', 'recovery p50', 'p99', 'max',
                   'never', 'goodput kept during the failure', 'MRC bypass '
                   'p50 / max', 'retransmitted (median)', 'retransmitted (max)',

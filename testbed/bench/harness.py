@@ -25,6 +25,11 @@ from testbed.workload.workloads import build_workload
 
 MAX_ATTEMPTS = 3
 SETTLE_S = 0.5          # queues drain between trials on a reused fabric
+# A failover's goodput counts as recovered once back for this long: longer
+# than a full window in flight at the sections' 10 Mbit/s (256 PSNs of
+# 1,368 bytes, 0.28 s), which a receiver still gets after its sender's
+# acknowledgements stopped arriving, before the stall shows.
+RECOVERY_HOLD_S = 0.5
 Progress = Callable[[str], None]
 InjectorFactory = Callable[[Any, Callable, TransportRunner], Any]
 

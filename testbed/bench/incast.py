@@ -1,4 +1,4 @@
-"""Section 4, incast: seven senders write to h1 at once while a victim
+"""Section 5, incast: seven senders write to h1 at once while a victim
 flow h3 -> h2 runs next to it (h2 hangs off h1's edge switch on every
 plane, so the victim shares the incast's aggregation-to-edge links but not
 h1's congested ports). The victim's throughput alone and with the incast,
@@ -103,6 +103,9 @@ def measure(trial: Trial, plan) -> None:
         packet_timeouts=counters.get('packet_timeouts'),
         false_demotions=false_demotions(run, plan) if counters else None,
         ce_marked=signals.get('ce_marked'), trimmed=signals.get('trimmed'),
+        cnps_sent=counters.get('cnps_sent'),
+        cnps_received=counters.get('cnps_received'),
+        rate_cuts=counters.get('rate_cuts'),
         completed=all(f.status == 'done' for f in run.flows))
 
 
@@ -116,6 +119,15 @@ def relative(trials: list[Trial]) -> None:
         base = alone.get((t.condition.split(':')[0], t.transport, t.rep))
         t.values['victim_kept'] = t.values['victim_mbps'] / base \
             if base and t.condition.endswith(LOADED) else None
+
+
+def cnp_text(trials: list[Trial]) -> str:
+    """DCQCN's notifications, medians over the repetitions: what the
+    notification points sent, what the reaction points heard and cut on."""
+    if not any(t.values.get('cnps_sent') for t in trials):
+        return '—'
+    return '%s / %s (%s)' % tuple(spread(trials, key).text('%.0f') for key in
+                                  ('cnps_sent', 'cnps_received', 'rate_cuts'))
 
 
 def report(ctx: BenchContext, trials: list[Trial], size_mb: float) -> str:
@@ -138,6 +150,7 @@ def report(ctx: BenchContext, trials: list[Trial], size_mb: float) -> str:
                          spread(loaded, 'false_demotions').text('%.0f'),
                          spread(loaded, 'ce_marked').text('%.0f'),
                          spread(loaded, 'trimmed').text('%.0f'),
+                         cnp_text(loaded),
                          spread(loaded, 'incast_spread_s').text('%.2f', unit=' s'),
                          '%d/%d' % (sum(t.values['completed']
                                         for t in alone + loaded),
@@ -163,7 +176,8 @@ def report(ctx: BenchContext, trials: list[Trial], size_mb: float) -> str:
            RATE_MBIT, RATE_MBIT, rejected_note(trials), retried_note(trials)),
         md_table(['fabric', 'transport', 'victim alone', 'victim with incast',
                   'victim kept', 'rtx', 'packet timeouts', 'false demotions',
-                  'CE marks', 'trims', 'incast spread (last − first)',
+                  'CE marks', 'trims', 'CNPs sent / received (rate cuts)',
+                  'incast spread (last − first)',
                   'all flows done'], rows),
         'Victim kept, side by side per repetition: %s.' % '; '.join(
             '%s: %s' % (fabric, side_by_side(

@@ -1,4 +1,4 @@
-"""Section 3, random loss: 0.1% and 1% of the frames dropped at random,
+"""Section 4, random loss: 0.1% and 1% of the frames dropped at random,
 in both directions, on the sender's link of every plane (so every data
 packet and every acknowledgement crosses exactly one lossy link), during a
 transfer h1 -> h16 on a 2-plane k=4 fat-tree. Throughput as a fraction of

@@ -93,7 +93,7 @@ def write_report(path: Path, results: Sequence[SectionResult], started: str,
 
 def limits(key: str) -> str:
     """The section's own explanation of what bounds its figures, if it
-    keeps it apart from the figures (section 5 writes it from them)."""
+    keeps it apart from the figures (the emulator_scale section writes it from them)."""
     text = getattr(importlib.import_module('testbed.bench.' + key), 'LIMITS', '')
     return '\n\n' + ' '.join(text.split()) if text else ''
 

@@ -2,5 +2,5 @@
 section, named by its key, imported only when it runs (so that
 `mrc-testbed --help` loads neither matplotlib nor Mininet)."""
 
-SECTIONS = ('load_balance', 'failover', 'random_loss', 'incast',
-            'emulator_scale')
+SECTIONS = ('load_balance', 'failover', 'routed_failover', 'random_loss',
+            'incast', 'emulator_scale')

@@ -187,7 +187,7 @@ def all_features() -> list[Feature]:
         Feature('OVS kernel datapath', ovs_kernel_datapath(),
                 'openvswitch module', 'userspace datapath: one ovs-vswitchd thread '
                 'forwards the whole fabric; `mrc-testbed bench --sections '
-                'emulator_scale` measures what it carries (BENCHMARKS.md §5), and '
+                'emulator_scale` measures what it carries (BENCHMARKS.md), and '
                 'with MRC traffic link rates stay at a few Mbit/s per host port'),
         Feature('SRv6 seg6', _sysctl_exists('net.ipv6.conf.all.seg6_enabled'),
                 'seg6 encap and End.DT6 decap', 'no fabric: hosts cannot '

@@ -18,7 +18,8 @@ The next hops are every neighbour one hop closer to the destination edge
 switch over the links believed up: what ECMP over shortest paths yields once
 a routing protocol has converged (in an up-down Clos, the up-down paths).
 A switch with no live route keeps an empty group and drops, as a router
-with no route does.
+with no route does. Each plane routes every address of a host to that
+host's port on the plane (`addresses_via`).
 """
 from __future__ import annotations
 
@@ -72,11 +73,24 @@ def routed_tables(plan: FabricPlan, down: frozenset[LinkKey] = frozenset()
     for edge in _edge_switches(plan):
         gid = plan.switches[edge].usid
         hosts = sorted(plan.hosts_on(edge), key=lambda p: p.address)
+        reached = [(address, p) for p in hosts
+                   for address in addresses_via(plan, p)]
         for switch, ports in next_hops(plan, edge, down).items():
             groups[switch][gid] = ports
-            routes[switch] += [GroupRoute(p.address, gid) for p in hosts]
-        routes[edge] += [_host_route(p) for p in hosts]
+            routes[switch] += [GroupRoute(a, gid) for a, _ in reached]
+        routes[edge] += [HostRoute(a, p.switch_port, p.mac) for a, p in reached]
     return {n: SwitchRouting(groups[n], tuple(routes[n])) for n in plan.switches}
+
+
+def addresses_via(plan: FabricPlan, port: HostPort) -> list[str]:
+    """The addresses a plane delivers to this host port: its own first,
+    then the host's addresses on the other planes, as when a host announces
+    each of its addresses into every plane. So MPTCP's subflow on plane p,
+    which the kernel opens toward the peer's initial address (on another
+    plane), crosses plane p (the peer's kernel takes any of its addresses on
+    any port)."""
+    return [port.address] + [plan.host_ports[(port.host, q)].address
+                             for q in plan.planes if q != port.plane]
 
 
 def next_hops(plan: FabricPlan, target: str, down: frozenset[LinkKey]
@@ -102,10 +116,6 @@ def next_hops(plan: FabricPlan, target: str, down: frozenset[LinkKey]
 
 def _edge_switches(plan: FabricPlan) -> list[str]:
     return sorted({p.switch for p in plan.host_ports.values()})
-
-
-def _host_route(port: HostPort) -> HostRoute:
-    return HostRoute(port.address, port.switch_port, port.mac)
 
 
 def host_prefix(address: str) -> tuple[str, str]:

@@ -67,6 +67,9 @@ class KernelFlows:
     def ev_events(self) -> list[dict]:
         return []
 
+    def send_losses(self) -> int:
+        return 0           # the kernel's own stacks: nothing sent by us
+
     def queueing_delay(self) -> tuple[list[int], float | None]:
         return [], None            # the kernel's CC keeps its own counsel
 

@@ -1,6 +1,8 @@
 """The kernel routes that carry TCP and MPTCP over the uSID fabric: a
 `seg6` encap route per flow and plane, alone in its own table, chosen by a
-policy rule; and the mirror of a path for the reverse direction."""
+policy rule; and the mirror of a path for the reverse direction. On the
+routed fabric, the same table and rule hold a plain route through a plane's
+gateway instead (MPTCP's subflows, each on its own plane)."""
 from __future__ import annotations
 
 import errno
@@ -13,7 +15,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.fabric.netns import inside
-from testbed.fabric.usid_plan import FabricPlan, Path
+from testbed.fabric.usid_plan import GATEWAY_LL, FabricPlan, Path
 
 SEG6_MODES: tuple[str, ...] = ('encap', 'encap.red')
 RULE_PRIORITY = 1000                # before main (32766), after local (0)
@@ -27,12 +29,14 @@ class KernelTransportError(RuntimeError):
 
 @dataclass(frozen=True)
 class _RouteEntry:
-    """One seg6 route, alone in its table, and the rule that selects it."""
+    """One route, alone in its table, and the rule that selects it: seg6
+    into `carrier`, or (carrier None) plain IPv6 through the port's
+    gateway, which the routed fabric forwards."""
     table: int
     intf: str
     local: str          # preferred source address
     peer: str           # destination address (/128)
-    carrier: str
+    carrier: str | None
     selector: tuple[tuple[str, object], ...]
 
 
@@ -42,13 +46,17 @@ def _add_routes(pid: int, entries: list[_RouteEntry], mode: str) -> None:
     iproute2."""
     if mode != 'encap':
         for e in entries:
-            ip_in(pid, '-6', 'route', 'add', e.peer + '/128', 'encap', 'seg6',
-                  'mode', mode, 'segs', e.carrier, 'dev', e.intf, 'src',
-                  e.local, 'table', str(e.table))
+            if e.carrier is not None:
+                ip_in(pid, '-6', 'route', 'add', e.peer + '/128', 'encap',
+                      'seg6', 'mode', mode, 'segs', e.carrier, 'dev', e.intf,
+                      'src', e.local, 'table', str(e.table))
     with inside(pid), IPRoute() as ipr:
         for e in entries:
-            if mode == 'encap':
-                idx = ipr.link_lookup(ifname=e.intf)[0]
+            idx = ipr.link_lookup(ifname=e.intf)[0]
+            if e.carrier is None:
+                ipr.route('add', dst=e.peer + '/128', table=e.table, oif=idx,
+                          prefsrc=e.local, gateway=GATEWAY_LL)
+            elif mode == 'encap':
                 ipr.route('add', dst=e.peer + '/128', table=e.table, oif=idx,
                           prefsrc=e.local, encap={
                               'type': 'seg6', 'mode': 'encap',

@@ -265,7 +265,6 @@ class KernelTransports:
         TCP congestion control (default: the namespace's)."""
         self._check(src, dst, size_bytes, transport, path, plane_paths,
                     initial_plane)
-        self._check_routed(transport)
         now = time.monotonic() if now is None else now
         handle = FlowHandle(len(self.flows), src, dst, size_bytes, transport,
                             now)
@@ -284,11 +283,6 @@ class KernelTransports:
         self.flows.append(handle)
         self._io[handle.flow_id] = io
         return handle
-
-    def _check_routed(self, transport: str) -> None:
-        if self.routed and transport != 'tcp':
-            raise KernelTransportError('%s runs on the srv6 fabric mode only '
-                                       '(routed: tcp)' % transport)
 
     def _check(self, src: str, dst: str, size_bytes: int, transport: str,
                path: Path | None, plane_paths: Mapping[int, Path] | None,
@@ -418,7 +412,7 @@ class KernelTransports:
 
     def _route(self, io: _FlowIO) -> None:
         h = io.handle
-        if self.routed:
+        if self.routed and h.transport == 'tcp':
             return          # the hosts' plane routes and the switches do it
         entries = self._tcp_routes(h) if h.transport == 'tcp' else \
             self._mptcp_routes(h)
@@ -444,7 +438,10 @@ class KernelTransports:
 
     def _mptcp_routes(self, h: FlowHandle) -> dict[str, list[_RouteEntry]]:
         """Per plane p, the subflow from the sender's plane-p address to the
-        receiver's initial address, both ways over plane p."""
+        receiver's initial address, both ways over plane p. Routed: only the
+        way out needs a rule (every plane routes every address of a host,
+        `routed_tables.addresses_via`); the replies to the sender's plane-p
+        address take plane p by the receiver's own plane routes."""
         assert h.initial_plane is not None
         b0 = self.plan.host_ports[(h.dst, h.initial_plane)]
         out: dict[str, list[_RouteEntry]] = {h.src: [], h.dst: []}
@@ -453,9 +450,12 @@ class KernelTransports:
             b = self.plan.host_ports[(h.dst, plane)]
             table = TABLE_BASE + TABLES_PER_FLOW * h.flow_id + plane
             out[h.src].append(_RouteEntry(
-                table, a.intf, a.address, b0.address, fwd.carrier,
+                table, a.intf, a.address, b0.address,
+                None if self.routed else fwd.carrier,
                 _selector(src=a.address, dst=b0.address,
                           dport=h.server_port)))
+            if self.routed:
+                continue
             out[h.dst].append(_RouteEntry(
                 table, b.intf, b0.address, a.address,
                 h.reverse_paths[plane].carrier,

@@ -159,6 +159,7 @@ class Agent:
         return {'event': 'stats', 'time': time.monotonic(),
                 'endpoint': self.endpoint.stats(),
                 'nic': {'tx_errors': nic.tx_errors,
+                        'tx_unmodelled': nic.tx_unmodelled,
                         'rx_unknown_source': nic.rx_unknown_source}}
 
     def cmd_evs(self, c: dict) -> dict:

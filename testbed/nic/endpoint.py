@@ -30,10 +30,28 @@ from testbed.nic.qp import QueuePair
 from testbed.nic.qp_profile import QpProfile
 from testbed.nic.qp_state import QpError, QpState
 from testbed.nic.transport_config import Transport, TransportConfig
-from testbed.nic.wire import EP_OP_QP, PSN_MASK, EvProbe, EvProbeReply, WireError, decode_received
+from testbed.nic.wire import (
+    EP_OP_QP,
+    MAX_PORTS,
+    PSN_MASK,
+    REQ_ID_MASK,
+    EvProbe,
+    EvProbeReply,
+    PortStatusUpdate,
+    WireError,
+    decode_received,
+    encode_port_status_update,
+)
 
 FIRST_QPN = 0x100          # QPNs below are left alone (0x2 is the endpoint-operation QP)
 DEFAULT_QP_PROFILE = QpProfile()
+# EV ids of Port Status Updates (opaque on the wire, docs/wire-format.md §1.3): apart from
+# the EV tables' (from 0) and the reverse routes' (REVERSE_EV_BASE, 0x8000_0000).
+PORT_STATUS_EV_BASE = 0x4000_0000
+# Copies of each Port Status Update per live plane, on distinct paths of it (see
+# _announce_ports for why two).
+PORT_STATUS_COPIES_PER_PLANE = 2
+_REQ_ID_HALF = (REQ_ID_MASK + 1) >> 1
 
 class Endpoint:
     """One host's MRC NIC, addressable by `addr` (see module docstring)."""
@@ -56,6 +74,18 @@ class Endpoint:
         self.wrong_source = 0
         self.ev_probes_answered = 0
         self.ev_probes_unanswerable = 0
+        # Port status (port_down / port_up, Port Status Update, docs/wire-format.md §6.4).
+        self.local_planes_down: set[int] = set()
+        self.port_status_sent = 0          # update packets sent (every copy)
+        self.port_status_received = 0      # updates accepted (a fresh req_id from a peer)
+        self.port_status_stale = 0         # copies and updates older than one accepted
+        self.port_status_unknown_peer = 0  # from an endpoint no QP talks to
+        self._port_status_req_id = 0
+        # Per peer: the req_id of the last update accepted, and the planes it said down.
+        self._peer_req_id: dict[Any, int] = {}
+        self.peer_planes_down: dict[Any, set[int]] = {}
+        # Every change a peer's update made, as (now, peer, plane, up): the runtime logs them.
+        self.peer_port_events: list[tuple[float, Any, int, bool]] = []
 
     # ------------------------------------------------------------------------- resources
 
@@ -95,6 +125,7 @@ class Endpoint:
                        seed=self._rng.getrandbits(64), placement=self.placement,
                        send_cq=send_cq or self.cq, recv_cq=recv_cq or self.cq,
                        resolve_profile=self._resolve_profile)
+        qp.local_planes_down.update(self.local_planes_down)   # the NIC's ports as they are
         self._qps[qpn] = qp
         self._qp_list.append(qp)
         return qp
@@ -158,6 +189,9 @@ class Endpoint:
             qp.on_packet(now, pkt, ev_id, ecn)
 
     def _on_endpoint_op(self, now: float, pkt: Any, plane: int, src_addr: Any) -> None:
+        if isinstance(pkt, PortStatusUpdate):
+            self._on_port_status(now, pkt, src_addr)
+            return
         # EV probes are connectionless; answer on a reverse route of any QP to the prober.
         if not isinstance(pkt, EvProbe):
             return
@@ -170,6 +204,79 @@ class Endpoint:
         route = responder.reverse_route()
         self._endpoint_tx.append(Outgoing(route.path, route.plane, route.ev_id, reply, src_addr))
         self.ev_probes_answered += 1
+
+    def _on_port_status(self, now: float, pkt: PortStatusUpdate, src_addr: Any) -> None:
+        """A peer's Port Status Update: every QP with that peer takes the planes the mask
+        says down out (QueuePair.peer_port_status: the requester's EVs there, resending
+        what was in flight on them; the responder's SACKs and NACKs) and puts back those
+        it says up. Updates are not retransmitted and travel in copies, on several planes:
+        one whose req_id is not newer than the last accepted (serial-number order, RFC
+        1982, u16) is a copy or overtaken, and ignored."""
+        qps = [q for q in self._qp_list if q.rtr is not None and q.rtr.dest_addr == src_addr]
+        if not qps:
+            self.port_status_unknown_peer += 1
+            return
+        last = self._peer_req_id.get(src_addr)
+        if last is not None and not 0 < (pkt.req_id - last) & REQ_ID_MASK < _REQ_ID_HALF:
+            self.port_status_stale += 1
+            return
+        self._peer_req_id[src_addr] = pkt.req_id
+        self.port_status_received += 1
+        down = self.peer_planes_down.setdefault(src_addr, set())
+        for bit in range(pkt.port_count):
+            plane, up = bit + 1, bool(pkt.port_status >> bit & 1)
+            if (plane not in down) == up:
+                continue
+            if up:
+                down.discard(plane)
+            else:
+                down.add(plane)
+            self.peer_port_events.append((now, src_addr, plane, up))
+            for qp in qps:
+                qp.peer_port_status(now, plane, up)
+
+    def _port_count(self) -> int:
+        """The NIC's ports as the mask counts them: planes 1..the highest any QP uses or
+        that is down, at most MAX_PORTS."""
+        highest = max((plane for q in self._qp_list if q.rtr is not None
+                       for plane in q.rtr.paths_by_plane), default=1)
+        highest = max(highest, max(self.local_planes_down, default=1))
+        return max(1, min(MAX_PORTS, highest))
+
+    def _announce_ports(self, now: float, changed_plane: int) -> int:
+        """Send every peer a Port Status Update with the ports' state now [R:ctl.h: the
+        `port_status` mask "sent to peers so they stop using EVs on a failed local port
+        immediately"]. An endpoint operation consumes no PSN and is never retransmitted
+        [3P:ns3], so one lost copy would leave the peer to find the port by its timeouts:
+        each update goes on every live plane (neither our port nor, as last heard, the
+        peer's is down), and on each on PORT_STATUS_COPIES_PER_PLANE distinct paths of it,
+        so no single lost packet or broken link silences it; with one live plane left (a
+        2-plane NIC with a port down) that is still two copies. The copies are 68 bytes
+        each, per port event: nothing next to the data. Returns the packets queued.
+        (Source tags as in docs/wire-format.md's list of sources.)"""
+        peers: dict[Any, QueuePair] = {}
+        for qp in self._qp_list:
+            if qp.rtr is not None and qp.state is not QpState.RESET:
+                peers.setdefault(qp.rtr.dest_addr, qp)
+        if not peers:
+            return 0
+        count = self._port_count()
+        mask = 0
+        for plane in range(1, count + 1):
+            if plane not in self.local_planes_down:
+                mask |= 1 << (plane - 1)
+        changed = 1 << (changed_plane - 1) if 1 <= changed_plane <= count else 0
+        self._port_status_req_id = req_id = (self._port_status_req_id + 1) & REQ_ID_MASK
+        data = encode_port_status_update(req_id, mask, changed, count)
+        queued = 0
+        for peer, qp in peers.items():
+            peer_down = self.peer_planes_down.get(peer, set())
+            for plane, path, ev_id in _routes_to(qp):
+                if plane not in self.local_planes_down and plane not in peer_down:
+                    self._endpoint_tx.append(Outgoing(path, plane, ev_id, data, peer))
+                    queued += 1
+        self.port_status_sent += queued
+        return queued
 
     def next_deadline(self) -> float | None:
         qps = self._qp_list
@@ -191,14 +298,25 @@ class Endpoint:
     def port_down(self, plane: int, now: float) -> int:
         """The NIC's port on `plane` lost its link (a port event, heard by the runtime):
         every QP with an EV table stops using the plane from its next packet. RC and ECMP
-        QPs are pinned to one path: they are left alone (QueuePair.port_status). Only this
-        side learns of it; the peer finds the port dead by its own timeouts (no Port
-        Status Update on the wire yet). Returns how many QPs changed."""
-        return sum(qp.port_status(now, plane, False) for qp in self._qp_list)
+        QPs are pinned to one path: they are left alone (QueuePair.port_status). The peers
+        learn it from a Port Status Update sent at once on the live planes
+        (_announce_ports), instead of by their own timeouts. Returns how many QPs changed."""
+        if plane in self.local_planes_down:
+            return 0
+        self.local_planes_down.add(plane)
+        changed = sum(qp.port_status(now, plane, False) for qp in self._qp_list)
+        self._announce_ports(now, plane)
+        return changed
 
     def port_up(self, plane: int, now: float) -> int:
-        """The port on `plane` is back: the QPs' EVs there return (see port_down)."""
-        return sum(qp.port_status(now, plane, True) for qp in self._qp_list)
+        """The port on `plane` is back: the QPs' EVs there return, and the peers hear it
+        (see port_down)."""
+        if plane not in self.local_planes_down:
+            return 0
+        self.local_planes_down.discard(plane)
+        changed = sum(qp.port_status(now, plane, True) for qp in self._qp_list)
+        self._announce_ports(now, plane)
+        return changed
 
     # ------------------------------------------------------------------------- stats
 
@@ -207,9 +325,40 @@ class Endpoint:
             "addr": str(self.addr),
             "malformed": self.malformed, "unknown_qp": self.unknown_qp,
             "wrong_source": self.wrong_source, "ev_probes_answered": self.ev_probes_answered,
+            "port_status_sent": self.port_status_sent,
+            "port_status_received": self.port_status_received,
+            "port_status_stale": self.port_status_stale,
+            "port_status_unknown_peer": self.port_status_unknown_peer,
+            "local_planes_down": sorted(self.local_planes_down),
+            "peer_planes_down": {str(peer): sorted(planes)
+                                 for peer, planes in self.peer_planes_down.items() if planes},
             "completions_queued": len(self.cq),
             "qps": {f"{qp.qpn:#x}": qp.stats() for qp in self._qp_list},
         }
+
+
+def _routes_to(qp: QueuePair) -> list[tuple[int, Any, int]]:
+    """(plane, path, EV id) for a Port Status Update to `qp`'s peer: up to
+    PORT_STATUS_COPIES_PER_PLANE distinct paths per plane, the responder's reverse routes
+    first — the paths its SACKs take, which a responder replaces when its SACKs stop
+    arriving (ReverseRoutes.replace), so the ones most likely to reach the peer now — then
+    the QP's other paths to the peer (rtr.paths_by_plane)."""
+    rtr = qp.rtr
+    assert rtr is not None                             # the caller picked it for one
+    picked: dict[int, list[tuple[Any, int]]] = {plane: [] for plane in rtr.paths_by_plane}
+    responder = qp.responder
+    candidates: list[tuple[int, Any, int]] = [
+        (route.plane, route.path, route.ev_id)
+        for route in (responder.reverse_routes.routes if responder is not None else ())]
+    for plane in sorted(rtr.paths_by_plane):
+        for k, path in enumerate(rtr.paths_by_plane[plane]):
+            candidates.append((plane, path, PORT_STATUS_EV_BASE | plane << 16 | k & 0xFFFF))
+    for plane, path, ev_id in candidates:
+        chosen = picked.setdefault(plane, [])
+        if len(chosen) < PORT_STATUS_COPIES_PER_PLANE and all(p != path for p, _ in chosen):
+            chosen.append((path, ev_id))
+    return [(plane, path, ev_id) for plane in sorted(picked)
+            for path, ev_id in picked[plane]]
 
 
 def bring_up(qp: QueuePair, remote: Mapping[str, Any],

@@ -1,8 +1,10 @@
 """Per-QP entropy-value (EV) table: active/backup sets, per-packet rotation, path health.
 
 An MRC sender sprays every packet of a QP on a different EV; each EV names one path through one
-plane (NIC port). This module keeps the EV set of one QP and the per-EV state machine of
-mrc-reference §4.5:
+plane (NIC port). This module keeps the EV set of one QP and its per-EV state machine (states
+and "only EVs in the GOOD state are used for transmission": P2 §II-A; silent loss demotes,
+probes resurrect: P1 §2.1; SKIP on ECN or a trim, replacement from the same plane's backups:
+3P:expl; DENIED set and cleared only by the controller: R:ctl.h):
 
     GOOD --SKIP_ONCE / TRIMMED--------------------------> SKIP
     SKIP --cursor reaches it after skip_rotations--------> GOOD   (packet goes on the next GOOD EV)
@@ -138,7 +140,7 @@ def _jsonable_path(path: Path) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class EvEvent:
-    """An EV state change as a controller would see it (mrc-reference §4.6).
+    """An EV state change as a controller would see it (R:ctl.h: an EV event).
 
     `drop_count` = events lost to queue overflow between the previous delivered event and this one.
     """
@@ -219,7 +221,7 @@ class EvTableConfig:
         otherwise to the end of the plane's backup pool. Its replacement therefore stays active,
         and the plane's share is never exceeded.
 
-    Events (mrc-reference §4.6)
+    Events (R:ctl.h: EV events, ev_event_mask, drop_count)
       event_mask: states whose transitions are reported (the API allows GOOD and ASSUMED_BAD).
         A transition is reported when its old or its new state is in the mask...
       report_skip_transitions: ...except GOOD<->SKIP, which happen on every ECN mark and would

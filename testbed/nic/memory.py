@@ -2,7 +2,7 @@
 
 Every MRC data packet carries a full RETH (rkey, remote offset of *this* packet's payload),
 so the responder writes each payload into the registered region the moment it arrives, in
-any order, with no reorder buffer [P1 via mrc-reference §1, §8]. Placement is bounds checked
+any order, with no reorder buffer [P1; 3P:expl]. Placement is bounds checked
 before a single byte is copied: a packet aimed outside its region is refused whole.
 """
 

@@ -80,6 +80,11 @@ class QueuePair:
         self.counters = QpCounters()
         self._recv_queue: deque[int] = deque()
         self._now = 0.0
+        # Planes whose port is down at this end (port_status) or at the peer's
+        # (peer_port_status, from its Port Status Update); a plane is out while in either.
+        # Kept across RESET: they are the NICs' state, not the QP's.
+        self.local_planes_down: set[int] = set()
+        self.peer_planes_down: set[int] = set()
         self._reset()
 
     def _reset(self) -> None:
@@ -183,6 +188,8 @@ class QueuePair:
             recv_queue=self._recv_queue, recv_cq=self.recv_cq, counters=self.counters,
             reverse=reverse, in_order=self.transport == "rc", fail=self.fail,
             cnp_interval_s=init.cc_profile.cnp_interval_s)
+        for plane in self.local_planes_down | self.peer_planes_down:
+            reverse.set_plane(plane, False)
 
     def _pinned(self, rtr: RtrAttrs) -> FixedRoute:
         sport = rocev2_source_port(self.qpn, rtr.dest_qp)
@@ -195,8 +202,11 @@ class QueuePair:
         assert init is not None and rtr is not None and rts is not None   # INIT, RTR, RTS
         self.cc = cc = make_cc(init.cc_profile)
         if self.transport == "mrc":
-            self.ev_table = EvTable(rtr.paths_by_plane, init.ev_table,
-                                    random.Random(self._seed))
+            self.ev_table = table = EvTable(rtr.paths_by_plane, init.ev_table,
+                                            random.Random(self._seed))
+            for plane in self.local_planes_down | self.peer_planes_down:
+                if plane in table.planes:
+                    table.plane_down(plane)
         self.requester = Requester(
             qpn=self.qpn, rtr=rtr, rts=rts, config=self.config, cc=cc,
             table=self.ev_table, pinned=self.pinned_route if self.ev_table is None else None,
@@ -288,12 +298,35 @@ class QueuePair:
         """The local NIC port of `plane` went down (up=False) or came back: an MRC QP takes
         the plane out of its EV table, and resends what was in flight on it, or puts it back.
         RC and ECMP QPs are pinned to one path and have no other to move to: they are left
-        to their timers, as a RoCE NIC leaves them. Returns whether the QP changed."""
+        to their timers, as a RoCE NIC leaves them. The responder's SACKs and NACKs leave
+        the plane out too (ReverseRoutes.set_plane), where it has another. Returns whether
+        the QP's sending changed (its EV table)."""
+        return self._plane_status(now, plane, up, self.local_planes_down)
+
+    def peer_port_status(self, now: float, plane: int, up: bool) -> bool:
+        """The peer's NIC port of `plane` went down or came back, as its Port Status Update
+        said [R:ctl.h, via docs/wire-format.md's sources]: every path of the plane ends at
+        that port, so the QP does what port_status does for its own port. The plane is back
+        only when both ends' ports are up."""
+        return self._plane_status(now, plane, up, self.peer_planes_down)
+
+    def _plane_status(self, now: float, plane: int, up: bool, down: set[int]) -> bool:
+        was_out = plane in self.local_planes_down or plane in self.peer_planes_down
+        if up:
+            down.discard(plane)
+        else:
+            down.add(plane)
+        out = plane in self.local_planes_down or plane in self.peer_planes_down
+        if out == was_out:
+            return False
+        self._now = now
+        responder = self.responder
+        if responder is not None:
+            responder.reverse_routes.set_plane(plane, not out)
         table, requester = self.ev_table, self.requester
         if table is None or plane not in table.planes:
             return False
-        self._now = now
-        if up:
+        if not out:
             return table.plane_up(plane, now)
         changed = table.plane_down(plane, now)
         if changed and requester is not None and self.state is _RTS:

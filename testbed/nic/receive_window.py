@@ -1,8 +1,9 @@
 """Responder-side PSN tracker: the cumulative point plus a bitmap of out-of-order arrivals.
 
 The tracker is the MPR window: PSNs from the expected one (cack + 1) up to MPR x 128 - 1 beyond
-it can be recorded; anything further is out of range (NACK PSN_OOR_WINDOW) [P2 §II-B via
-mrc-reference §3]. As in the send window, PSNs are handled as sequence indices counted from the
+it can be recorded; anything further is out of range (NACK PSN_OOR_WINDOW) [P2 §II-B: the
+requestor never sends beyond the responder's tracker bitmap; R:mrc.h: MPR in units of 128
+PSNs; 3P:expl: the PSN_OOR_WINDOW NACK]. As in the send window, PSNs are handled as sequence indices counted from the
 QP's initial receive PSN, so the 24-bit wrap only exists at the conversion functions.
 """
 

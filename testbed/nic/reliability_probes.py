@@ -1,7 +1,7 @@
 """Outstanding reliability probes of one QP: id allocation, answers and timeouts.
 
-A reliability probe is QP-scoped, consumes no PSN and elicits a SACK [P2 §II-C via
-mrc-reference §4.7]; the testbed carries a 24-bit probe id in the BTH PSN field and the SACK
+A reliability probe is QP-scoped, consumes no PSN and elicits a SACK [P2 §II-C; 3P:expl;
+3P:ns3]; the testbed carries a 24-bit probe id in the BTH PSN field and the SACK
 returns it as trigger PSN with PROBE_REPLY set (docs/wire-format.md §6.1). A probe unanswered
 within its timeout has failed -- unless a probe sent later on the same EV was answered first:
 the path worked more recently than that failure says, so it is stale and not reported.

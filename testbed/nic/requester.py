@@ -7,12 +7,13 @@ One class serves the three transports; what differs is chosen at construction:
 - recovery: MRC and ECMP retransmit holes selectively (oldest first) with a per-packet timer;
   RC goes back N from the first missing PSN, on its QP timer or a sequence-error NAK.
 
-Loss handling, in the terms of mrc-reference §4.5/§5: silence is read as a path failure
-[P1 §2.1]. A per-packet timeout demotes the EV to ASSUMED_BAD at once; a hole with
+Loss handling, in the EV states of P2 §II-A (GOOD, SKIP, ASSUMED_BAD, DENIED): silence is
+read as a path failure [P1 §2.1: "When a packet is not trimmed but actually lost, MRC assumes
+the path has failed and immediately stops using the corresponding EV"]. A per-packet timeout demotes the EV to ASSUMED_BAD at once; a hole with
 `reorder_threshold` later PSNs SACKed is retransmitted at once, but may be mere reordering
 across paths, so it demotes its EV only after `inferred_losses_to_fail` such losses with no
-SACK reflecting the EV in between. Background probes resurrect demoted EVs. A TRIMMED NACK
-only SKIPs the EV. The reorder threshold adapts upwards when echoed timestamps reveal a
+SACK reflecting the EV in between. Background probes resurrect demoted EVs [P1 §2.1]. A TRIMMED NACK
+only SKIPs the EV [3P:expl]. The reorder threshold adapts upwards when echoed timestamps reveal a
 spurious retransmission.
 
 Congestion-window accounting is per packet (`SentPacket.counted`): a transmission enters the
@@ -249,7 +250,8 @@ class Requester:
                 break                         # a dynamic-MPR shrink put it out of range: wait
             if not record.counted and not self._cc.can_send(record.length):
                 break
-            # Never the EV the packet was lost on (mrc-reference §4.8).
+            # Never the EV the packet was lost on: retransmit "on a different path" [P1 §3];
+            # the EV a NACK carries is not used for the retransmission [3P:expl, citing the spec].
             exclude = record.route.ev_id if self._table is not None else None
             route = self._pick(exclude, record.length, now)
             index = heapq.heappop(heap)

@@ -15,8 +15,7 @@ per `cnp_interval_s`.
 
 WRITE_WITH_IMM completions are released when the cumulative PSN passes the packet that
 carried the immediate: all earlier PSNs, hence all earlier messages, have then been placed, so
-completions come out in MSN order however the last packets were reordered [3P:ns3 via
-mrc-reference §5].
+completions come out in MSN order however the last packets were reordered [3P:ns3].
 """
 
 from __future__ import annotations

@@ -106,9 +106,13 @@ class ReverseRoutes:
     it has evidence its SACK did not arrive (`replace`), with another path of the same plane
     from `pool` [reference E13: "break the current reverse path => responder switches
     reverse EV; no timeout storm"].
+
+    A plane whose port is down, ours or the peer's (`set_plane`), is passed over: its
+    slots' turns go to the next route on a live plane, so no SACK or NACK leaves on it;
+    with every plane down the rotation is used as is (there is nothing better).
     """
 
-    __slots__ = ("_routes", "_cursor", "_pool", "_rng", "replaced")
+    __slots__ = ("_routes", "_cursor", "_pool", "_rng", "replaced", "_down")
 
     def __init__(self, routes: Sequence[FixedRoute],
                  pool: Mapping[int, Sequence[Any]] | None = None,
@@ -120,6 +124,7 @@ class ReverseRoutes:
         self._pool = {plane: list(dict.fromkeys(paths)) for plane, paths in (pool or {}).items()}
         self._rng = rng or random.Random(0)
         self.replaced = 0
+        self._down: set[int] = set()
 
     @classmethod
     def sampled(cls, paths_by_plane: Mapping[int, Sequence[Any]], per_plane: int,
@@ -150,10 +155,34 @@ class ReverseRoutes:
         return True
 
     def next(self) -> FixedRoute:
-        route = self._routes[self._cursor]
-        self._cursor = (self._cursor + 1) % len(self._routes)
+        routes, cursor = self._routes, self._cursor
+        count = len(routes)
+        route = routes[cursor]
+        down = self._down
+        if down and route.plane in down:        # a dead plane's turn: the next live one's
+            for step in range(1, count):
+                candidate = routes[(cursor + step) % count]
+                if candidate.plane not in down:
+                    route, cursor = candidate, (cursor + step) % count
+                    break
+        self._cursor = (cursor + 1) % count
         route.packets_sent += 1
         return route
+
+    def set_plane(self, plane: int, up: bool) -> bool:
+        """Whether the rotation uses `plane` (the port status of either end of its paths);
+        returns whether that changed."""
+        if (plane not in self._down) == up:
+            return False
+        if up:
+            self._down.discard(plane)
+        else:
+            self._down.add(plane)
+        return True
+
+    @property
+    def planes_down(self) -> frozenset[int]:
+        return frozenset(self._down)
 
     @property
     def routes(self) -> list[FixedRoute]:

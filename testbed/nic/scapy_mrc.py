@@ -234,6 +234,24 @@ class MRC_EVProbeReply(Packet):
         return Raw
 
 
+class MRC_PortStatusUpdate(Packet):
+    """Port Status Update endpoint operation (request id in BTH PSN[15:0]): ERTH | EETH,
+    docs/wire-format.md §6.4 ([CONV] layout)."""
+
+    name = "MRC port status update"
+    fields_desc = [
+        XByteField("ep_op", 1),
+        StrFixedLenField("erth_reserved", b"\0" * 15, 15),
+        XIntField("port_status", 0),
+        XIntField("changed", 0),
+        ByteField("port_count", 1),
+        StrFixedLenField("eeth_reserved", b"\0" * 27, 27),
+    ]
+
+    def guess_payload_class(self, payload: bytes) -> type[Packet]:
+        return Raw
+
+
 class MRC_CNP(Packet):
     """RoCEv2 congestion notification (opcode 0x81): 16 reserved bytes after the BTH."""
 
@@ -249,6 +267,7 @@ _BODY_BY_OPCODE: dict[int, type[Packet]] = {
     Opcode.NACK: MRC_NETH,
     Opcode.EV_PROBE: MRC_EVProbe,
     Opcode.EV_PROBE_REPLY: MRC_EVProbeReply,
+    Opcode.PORT_STATUS_UPDATE: MRC_PortStatusUpdate,
     Opcode.CNP: MRC_CNP,
 }
 

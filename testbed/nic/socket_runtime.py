@@ -16,6 +16,10 @@ A NIC given its ports' interface indexes also hears their link state from the ke
 (`port_events.PortWatch`: RTM_NEWLINK over netlink): a port that loses its carrier takes its
 plane out of the endpoint's EV tables at once (`Endpoint.port_down`), and its return puts the
 plane back, instead of the sender finding the dead port EV by EV through packet timeouts.
+The endpoint then queues a Port Status Update for each of its peers (an endpoint operation
+to QP 0x2, docs/wire-format.md §6.4), which leaves in the same turn's send like any packet
+poll_tx returns; one received is handed to the endpoint like any other, and what it changed
+is in `Endpoint.peer_port_events`. So both ends stop using the dead port's plane.
 
 The receive side reads the EV back from both halves the sender wrote: the UDP
 source port comes with the datagram's address, the flow label (and the traffic
@@ -24,6 +28,7 @@ per packet.
 """
 from __future__ import annotations
 
+import errno
 import select
 import socket
 import struct
@@ -82,6 +87,14 @@ class AddressBook:
         return self._owner.get(socket.inet_pton(socket.AF_INET6, address))
 
 
+# A send refused because the NIC port (or its address) is down: a packet a
+# NIC would not send either, part of the fault. Any other refusal (ENOBUFS,
+# EAGAIN: a full socket buffer or host queue) is a packet the emulator lost,
+# outside the model, and the health gate counts it.
+PORT_DOWN_ERRNOS = frozenset({errno.ENETDOWN, errno.ENETUNREACH, errno.ENXIO,
+                              errno.ENODEV, errno.EADDRNOTAVAIL})
+
+
 @dataclass
 class Nic:
     """One endpoint and its sockets (created in the caller's netns)."""
@@ -89,7 +102,8 @@ class Nic:
     tx: socket.socket = field(init=False)
     plain: socket.socket = field(init=False)   # routed paths
     rx: socket.socket = field(init=False)
-    tx_errors: int = 0
+    tx_errors: int = 0              # sends the kernel refused
+    tx_unmodelled: int = 0          # ... for a reason a NIC would not have
     rx_unknown_source: int = 0
     # When each plane's port is free again (time.monotonic()), if ports pace.
     port_free: dict[int, float] = field(default_factory=dict)
@@ -278,8 +292,10 @@ class SocketRuntime:
             routed = pkt.path in self.routed
             try:
                 (nic.plain if routed else nic.tx).sendto(inner, (pkt.path, 0))
-            except OSError:
-                nic.tx_errors += 1   # e.g. the NIC port is down: a lost packet
+            except OSError as err:
+                nic.tx_errors += 1
+                if err.errno not in PORT_DOWN_ERRNOS:
+                    nic.tx_unmodelled += 1
             if rate:
                 start = max(nic.port_free.get(pkt.plane, now), now)
                 nic.port_free[pkt.plane] = start + (len(inner) + (

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 BUSY_LIMIT = 0.95          # of all cores, machine-wide
 PROCESS_LIMIT = 0.8        # of one core: past it the endpoint loop's own
-                           # delay drives MRC goodput down (bench/, section 5)
+                           # delay drives MRC goodput down (bench section emulator_scale)
 DROP_LIMIT = 0.001         # of the datapath's packets, dropped unread
 # Of the run's wall time, spent runnable but waiting for a CPU, by the endpoint
 # loop or by ovs-vswitchd: time the cores gave to other work, the fabric's own
@@ -136,10 +136,13 @@ class HealthSample:
 
 
 def health_between(start: HealthSample, end: HealthSample,
-                   missing_features: list[str], endpoint_loop: bool = True) -> dict:
+                   missing_features: list[str], endpoint_loop: bool = True,
+                   send_losses: int = 0) -> dict:
     """`endpoint_loop`: this process ran the transport's endpoints (MRC, RC,
     ECMP), so its CPU and its wait for one are the NICs'; for the kernel's
-    TCP and MPTCP it only watches, and they are reported, not gated."""
+    TCP and MPTCP it only watches, and they are reported, not gated.
+    `send_losses`: packets the endpoints' sockets refused for a reason
+    outside the model (a full buffer), loss the gate counts."""
     wall = max(end.wall - start.wall, 1e-9)
     total = end.ticks[0] - start.ticks[0]
     idle = end.ticks[1] - start.ticks[1]
@@ -173,6 +176,9 @@ def health_between(start: HealthSample, end: HealthSample,
                           'socket full or out of memory)' % (received_lost, ', '.join(
                               '%s %d' % (k, hosts[k]) for k in HOST_RECEIVE_LOSSES
                               if hosts.get(k))))
+    if send_losses > DROP_LIMIT * max(1, packets):
+        saturation.append('the endpoints could not send %d packets (a full '
+                          'socket buffer or host queue)' % send_losses)
     if unread > DROP_LIMIT * max(1, packets + unread):
         saturation.append('OVS datapath left %d of %d packets unread (kernel '
                           'dropped them)' % (unread, packets + unread))
@@ -184,6 +190,7 @@ def health_between(start: HealthSample, end: HealthSample,
             'ovs_lost_upcalls': lost, 'datapath_packets': packets,
             'datapath_unread_drops': unread,
             'host_receive_losses': received_lost,
+            'endpoint_send_losses': send_losses,
             'host_discards': {k: hosts.get(k, 0) for k in HOST_DISCARDS},
             'missing_features': missing_features,
             'saturated': bool(saturation), 'trusted': not reasons,

@@ -99,6 +99,7 @@ class EndpointFlows:
         self.path_bytes: Counter[str] = Counter()
         self._profile_events: list[dict] = []
         self._ports_logged: Counter[str] = Counter()   # host -> port events logged
+        self._peer_ports_logged: Counter[str] = Counter()   # host -> peers' events logged
 
     def _endpoint(self, host: str) -> Endpoint:
         if host not in self.endpoints:
@@ -231,7 +232,9 @@ class EndpointFlows:
         return out
 
     def _port_events(self) -> list[dict]:
-        """The NIC port events heard since the last call."""
+        """The NIC port events heard since the last call: a host's own ports
+        ('nic_port', from netlink) and its peers' as their Port Status Updates told
+        it ('nic_port_peer': `host` heard that `peer`'s port on `plane` is `state`)."""
         out = []
         for nic in self.runtime.nics:
             host = nic.endpoint.addr
@@ -239,7 +242,17 @@ class EndpointFlows:
                      'state': 'up' if up else 'down'}
                     for t, plane, up in nic.port_events[self._ports_logged[host]:]]
             self._ports_logged[host] = len(nic.port_events)
+            heard = nic.endpoint.peer_port_events
+            out += [{'time': t, 'event': 'nic_port_peer', 'host': host, 'peer': peer,
+                     'plane': plane, 'state': 'up' if up else 'down'}
+                    for t, peer, plane, up in heard[self._peer_ports_logged[host]:]]
+            self._peer_ports_logged[host] = len(heard)
         return out
+
+    def send_losses(self) -> int:
+        """Packets the endpoints could not send for a reason outside the
+        model (the socket runtime's `tx_unmodelled`)."""
+        return sum(nic.tx_unmodelled for nic in self.runtime.nics)
 
     def queueing_delay(self) -> tuple[list[int], float | None]:
         """Every requester's NSCC delay histogram, summed, and the target."""

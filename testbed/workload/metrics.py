@@ -41,12 +41,15 @@ def smoothed(series: Sequence[float], bin_s: float,
 
 def recovery_time(goodput: Sequence[float], bin_s: float, fault_s: float,
                   end_s: float | None = None,
-                  fraction: float = RECOVERED_FRACTION) -> float | None:
+                  fraction: float = RECOVERED_FRACTION,
+                  hold_s: float = 0.0) -> float | None:
     """Seconds from a fault until smoothed goodput is back to `fraction`
     (90%) of its level in the second before it; None if it never came back
     (or there was no traffic before the fault to compare with). A fault
     that takes capacity away for good (a NIC port) passes a lower
-    `fraction`: what is left of the level."""
+    `fraction`: what is left of the level. `hold_s`: back means back for
+    that long (or until the end), so a short return before the fault has
+    fully struck is not read as its recovery."""
     curve = smoothed(goodput, bin_s)
     first = int(fault_s / bin_s)
     before = curve[max(0, first - int(PRE_FAULT_WINDOW_S / bin_s)):first]
@@ -59,6 +62,8 @@ def recovery_time(goodput: Sequence[float], bin_s: float, fault_s: float,
         i += 1
     if i == last:
         return 0.0
-    while i < last and curve[i] < level:
-        i += 1
-    return (i + 1) * bin_s - fault_s if i < last else None
+    hold = max(1, round(hold_s / bin_s))
+    for i in range(i, last):
+        if all(c >= level for c in curve[i:min(last, i + hold)]):
+            return (i + 1) * bin_s - fault_s
+    return None

@@ -261,7 +261,8 @@ class TransportRunner:
         self.run.flows = records
         self.run.health = health_between(
             health0, HealthSample.now(host_pids), missing,
-            endpoint_loop=transport(self.run.transport).family == 'endpoint')
+            endpoint_loop=transport(self.run.transport).family == 'endpoint',
+            send_losses=driver.send_losses())
 
     def _switch_counters(self, fab) -> SwitchCounters:
         ports = fab.signals

@@ -19,8 +19,9 @@ from testbed.nic.transport_config import TRANSPORTS as NIC_TRANSPORTS
 # Every fabric carries both modes (testbed.controller.usid_app): MRC's static
 # SRv6 uSID source routes, and destination routing with ECMP groups that the
 # controller repairs after a convergence delay, as RoCE is deployed. MRC
-# needs source routes (its EVs name paths); MPTCP on the routed mode would
-# need a peer address per plane for its subflows, which it is not given.
+# needs source routes (its EVs name paths). MPTCP's subflows each take
+# their own plane on either: every plane routes every address of a host
+# (testbed.fabric.routed_tables.addresses_via).
 FabricMode = Literal['srv6', 'routed']
 FABRIC_MODES: tuple[FabricMode, ...] = ('srv6', 'routed')
 
@@ -44,6 +45,10 @@ class Driver(Protocol):
     def corrupt_bytes(self, flow_id: int) -> int: ...
     def retransmitted_bytes(self) -> int: ...
     def ev_events(self) -> list[dict]: ...
+
+    def send_losses(self) -> int:
+        """Packets the driver's own sockets could not send for a reason
+        outside the fabric's model (loss the health gate counts)."""
 
     def queueing_delay(self) -> tuple[list[int], float | None]:
         """The congestion controller's delay samples (a histogram in
@@ -101,7 +106,7 @@ _ALL = (
     TransportInfo('tcp', 'kernel', True, '#762a83', "the kernel's TCP on one "
                   'hashed path', _KERNEL, ('routed', 'srv6')),
     TransportInfo('mptcp', 'kernel', False, '#e08214', "the kernel's MPTCP, "
-                  'one subflow per plane', _KERNEL, ('srv6',)),
+                  'one subflow per plane', _KERNEL, ('routed', 'srv6')),
 )
 TRANSPORTS: Mapping[str, TransportInfo] = {t.name: t for t in _ALL}
 NAMES: tuple[str, ...] = tuple(TRANSPORTS)

@@ -24,8 +24,9 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = (tmp_path / 'BENCHMARKS.md').read_text()
     headings = re.findall(r'^## \d\. (.+)$', report, re.M)
-    assert headings == ['Load balance', 'Failover', 'Random loss', 'Incast',
-                        'Scale of the emulator']
+    assert headings == ['Load balance', 'Failover',
+                        'Failover on the routed fabric', 'Random loss',
+                        'Incast', 'Scale of the emulator']
     assert 'quick smoke version' in report
     assert report.count('mrc-testbed bench --sections') >= len(SECTIONS)
     for image in re.findall(r'!\[[^\]]*\]\(([^)]+)\)', report):

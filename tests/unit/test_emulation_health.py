@@ -95,3 +95,41 @@ def test_a_full_receive_socket_is_loss_outside_the_model():
     assert not health['trusted'] and any(r.startswith(
         'the hosts lost %d received packets (Udp6RcvbufErrors'
         % health['host_receive_losses']) for r in health['reasons'])
+
+
+def test_packets_the_endpoints_could_not_send_are_loss_outside_the_model():
+    start = HealthSample(0.0, 0.0, (1000, 600), 0, 10, 0, 0, 0)
+    end = HealthSample(1.0, 0.4, (1400, 800), 0, 10010, 0)
+    # 0.1% of the 10,000 datapath packets is the limit, as for the hosts'
+    # receive losses: 10 pass, 11 do not.
+    assert health_between(start, end, [], send_losses=10)['trusted']
+    health = health_between(start, end, [], send_losses=11)
+    assert health['endpoint_send_losses'] == 11 and not health['trusted']
+    assert health['reasons'] == ['the endpoints could not send 11 packets (a '
+                                 'full socket buffer or host queue)']
+
+
+def test_a_send_refused_by_a_down_port_is_the_fault_not_the_emulator():
+    # As root, in a scratch namespace: a veth port (what a host's NIC port
+    # is) with an address, taken down, refuses a send toward its prefix with
+    # one of PORT_DOWN_ERRNOS.
+    if os.geteuid() != 0:
+        pytest.skip('needs root (a network namespace)')
+    from testbed.nic.socket_runtime import PORT_DOWN_ERRNOS
+    script = '''
+import errno, socket, subprocess
+run = lambda *a: subprocess.run(a, check=True)
+run('ip', 'link', 'add', 'd0', 'type', 'veth', 'peer', 'name', 'd1')
+run('ip', 'link', 'set', 'd0', 'up')
+run('ip', '-6', 'addr', 'add', 'fd00:99::1/64', 'dev', 'd0', 'nodad')
+run('ip', 'link', 'set', 'd0', 'down')
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+try:
+    s.sendto(b'x', ('fd00:99::2', 4791))
+except OSError as err:
+    print(err.errno)
+'''
+    done = subprocess.run(['unshare', '--net', sys.executable, '-c', script],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) in PORT_DOWN_ERRNOS, done.stdout

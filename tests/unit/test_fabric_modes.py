@@ -25,7 +25,7 @@ def parse(**changes):
 def test_the_baselines_default_to_the_routed_fabric_and_mrc_to_srv6():
     assert {n: t.fabric for n, t in TRANSPORTS.items()} == {
         'mrc': 'srv6', 'rc': 'routed', 'ecmp': 'routed', 'tcp': 'routed',
-        'mptcp': 'srv6'}
+        'mptcp': 'routed'}
 
 
 def test_a_scenario_overrides_a_transports_fabric_and_the_delay():

@@ -27,6 +27,15 @@ def test_recovery_after_a_dip():
     assert 0.3 <= t <= 0.45
 
 
+def test_a_return_shorter_than_the_hold_is_not_the_recovery():
+    # a blip 0.05 s after the fault, back for 0.2 s, then the real outage
+    # (the sender's window spent) until 3.0 s
+    series = [10.0] * 205 + [0.0] * 10 + [10.0] * 20 + [0.0] * 65 + [10.0] * 200
+    assert recovery_time(series, 0.01, 2.0) < 0.3   # the blip, smoothed
+    t = recovery_time(series, 0.01, 2.0, hold_s=0.5)
+    assert 1.0 <= t <= 1.15
+
+
 def test_no_dip_is_zero_and_no_return_is_none():
     flat = [10.0] * 400
     assert recovery_time(flat, 0.01, 2.0) == 0.0

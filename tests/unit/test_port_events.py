@@ -19,6 +19,7 @@ from testbed.nic.port_events import (
     link_states,
 )
 from testbed.nic.qp_pair import RKEY, Pair, Trace, done, make_pair, payload
+from testbed.nic.wire import EP_OP_QP, decode
 
 RTM_NEWADDR = 20
 IFF_RUNNING = 0x40
@@ -160,7 +161,10 @@ def test_pinned_qps_and_unknown_planes_are_left_alone() -> None:
         route = pair.qa.pinned_route
         assert pair.a.port_down(route.plane, 0.0) == 0
         pair.qa.post_write(payload(10_000), 0, RKEY)
-        assert {out.plane for out in pair.a.poll_tx(0.0)} == {route.plane}
+        # The QP's own packets (not the Port Status Update to the peer, QP 0x2).
+        sent = [out for out in pair.a.poll_tx(0.0)
+                if getattr(decode(out.data), "dest_qp", EP_OP_QP) != EP_OP_QP]
+        assert sent and {out.plane for out in sent} == {route.plane}
     pair = make_pair()
     assert pair.a.port_down(3, 0.0) == 0 and pair.a.port_up(3, 0.0) == 0
     assert pair.qa.ev_table.planes_up == {1, 2}

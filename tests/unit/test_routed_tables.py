@@ -53,6 +53,24 @@ def test_each_host_has_one_route_per_switch(plan):
     assert all(isinstance(r, GroupRoute) for r in tables['p1c0'].routes)
 
 
+def test_every_plane_routes_each_host_address_to_its_own_port():
+    two = FabricPlan.from_topo(parse_topo_spec('fattree,k=4,planes=2').build())
+    tables = routed_tables(two)
+    h1_plane1 = two.host_ports[('h1', 1)].address
+    h1_plane2 = two.host_ports[('h1', 2)]
+    # plane 2 carries h1's plane-1 address to h1's plane-2 port (MPTCP's
+    # plane-2 subflow toward it), its own address first
+    edge = tables[h1_plane2.switch]
+    local = {r.address: r for r in edge.routes if isinstance(r, HostRoute)}
+    assert local[h1_plane1].port == local[h1_plane2.address].port == \
+        h1_plane2.switch_port and local[h1_plane1].eth_dst == h1_plane2.mac
+    core = tables['p2c0']
+    assert sorted(r.address for r in core.routes) == sorted(
+        p.address for p in two.host_ports.values())
+    via = {r.address: r.group_id for r in core.routes}
+    assert via[h1_plane1] == two.switches[h1_plane2.switch].usid
+
+
 def test_a_dead_link_leaves_every_group_that_used_it(plan):
     down = frozenset({link_key('p1a3x0', 'p1c0')})
     tables = routed_tables(plan, down)

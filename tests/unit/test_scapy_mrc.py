@@ -13,6 +13,7 @@ from testbed.nic.wire import (
     EvProbeReply,
     Nack,
     Opcode,
+    PortStatusUpdate,
     ReliabilityProbe,
     Sack,
     Trim,
@@ -54,11 +55,13 @@ def flags_byte(packet: wire.Packet) -> int:
 
 def bth_fields(packet: wire.Packet, encoded: bytes) -> dict[str, object]:
     psn = {DataPacket: "psn", Sack: "cack_psn", Nack: "psn", ReliabilityProbe: "probe_id",
-           EvProbe: "req_id", EvProbeReply: "req_id", Cnp: None}[type(packet)]
+           EvProbe: "req_id", EvProbeReply: "req_id", Cnp: None,
+           PortStatusUpdate: "req_id"}[type(packet)]
     opcode = getattr(packet, "opcode", {Sack: Opcode.SACK, Nack: Opcode.NACK,
                                         ReliabilityProbe: Opcode.RELIABILITY_PROBE,
                                         EvProbe: Opcode.EV_PROBE,
                                         EvProbeReply: Opcode.EV_PROBE_REPLY,
+                                        PortStatusUpdate: Opcode.PORT_STATUS_UPDATE,
                                         Cnp: Opcode.CNP}.get(type(packet)))
     return {
         "MRC_BTH.opcode": opcode, "MRC_BTH.se": 0, "MRC_BTH.migreq": 0, "MRC_BTH.padcnt": 0,
@@ -119,9 +122,18 @@ def ev_reply_fields(p: EvProbeReply) -> dict[str, object]:
             "MRC_EVProbeReply.service_time_ns": p.service_time_ns}
 
 
+def port_status_fields(p: PortStatusUpdate) -> dict[str, object]:
+    return {"MRC_PortStatusUpdate.ep_op": 1,
+            "MRC_PortStatusUpdate.erth_reserved": b"\0" * 15,
+            "MRC_PortStatusUpdate.port_status": p.port_status,
+            "MRC_PortStatusUpdate.changed": p.changed,
+            "MRC_PortStatusUpdate.port_count": p.port_count,
+            "MRC_PortStatusUpdate.eeth_reserved": b"\0" * 27}
+
+
 BODY_FIELDS = {DataPacket: data_fields, Sack: sack_fields, Nack: nack_fields,
                ReliabilityProbe: probe_fields, EvProbe: ev_probe_fields,
-               EvProbeReply: ev_reply_fields,
+               EvProbeReply: ev_reply_fields, PortStatusUpdate: port_status_fields,
                Cnp: lambda p: {"MRC_CNP.reserved": b"\0" * 16}}
 
 

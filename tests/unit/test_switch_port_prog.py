@@ -145,7 +145,7 @@ def test_wire_constants_come_from_wire_py():
     base = int(defines['MRC_CONTROL_OPCODE_BASE'], 16)
     assert {base + op for op in range(64) if control >> op & 1} == {
         wire.Opcode.SACK, wire.Opcode.NACK, wire.Opcode.RELIABILITY_PROBE,
-        wire.Opcode.EV_PROBE, wire.Opcode.EV_PROBE_REPLY}
+        wire.Opcode.EV_PROBE, wire.Opcode.EV_PROBE_REPLY, wire.Opcode.PORT_STATUS_UPDATE}
 
 
 # -- ECN -------------------------------------------------------------------------

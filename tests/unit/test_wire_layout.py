@@ -36,6 +36,7 @@ from tests.unit.wire_examples import DST, EXAMPLES, SRC
         ("ev_probe", 28),
         ("ev_probe_reply", 32),
         ("cnp", 32),          # RoCEv2 CNP: BTH, 16 reserved bytes, ICRC
+        ("port_status_update", 68),   # BTH, ERTH 16, EETH 36, ICRC
     ],
 )
 def test_encoded_lengths(name: str, length: int) -> None:

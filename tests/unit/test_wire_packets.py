@@ -28,7 +28,7 @@ def test_receive_twin_converts_to_the_equal_dataclass(name: str) -> None:
 WRITER_OF = {"DataPacket": writers.encode_data, "Sack": writers.encode_sack,
              "Nack": writers.encode_nack, "ReliabilityProbe": writers.encode_reliability_probe,
              "EvProbe": writers.encode_ev_probe, "EvProbeReply": writers.encode_ev_probe_reply,
-             "Cnp": writers.encode_cnp}
+             "Cnp": writers.encode_cnp, "PortStatusUpdate": writers.encode_port_status_update}
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -17,6 +17,7 @@ from testbed.nic.wire import (
     EvProbe,
     EvProbeReply,
     Nack,
+    PortStatusUpdate,
     ReliabilityProbe,
     Sack,
     Trim,
@@ -36,6 +37,7 @@ FIELDS = (
     "mrc.seth.bitmap", "mrc.reflected_ev", "mrc.seth.trigger_psn", "mrc.ts_echo",
     "mrc.service_time_ns", "mrc.cc.ooo_count", "mrc.cc.rcv_cwnd_pen", "mrc.cc.received_bytes",
     "mrc.neth.reason", "mrc.neth.cack_psn", "mrc.evp.ev", "mrc.evp.port", "mrc.evp.rx_port",
+    "mrc.erth.ep_op", "mrc.psu.port_status", "mrc.psu.changed", "mrc.psu.port_count",
     "mrc.icrc", "mrc.icrc.good", "mrc.carrier.plane",
 )
 
@@ -140,6 +142,11 @@ def expected(packet: wire.Packet, ev: int, mrc_bytes: bytes) -> dict[str, object
                                   "mrc.tseth.tx_timestamp": packet.tx_timestamp}
     if isinstance(packet, Cnp):
         return _bth(wire.Opcode.CNP, {}, packet.dest_qp, "mrc.psn", 0, ev, mrc_bytes)
+    if isinstance(packet, PortStatusUpdate):
+        return _bth(wire.Opcode.PORT_STATUS_UPDATE, {}, wire.EP_OP_QP, "mrc.req_id",
+                    packet.req_id, ev, mrc_bytes) | {
+            "mrc.erth.ep_op": wire.EP_OP_PORT_STATUS, "mrc.psu.port_status": packet.port_status,
+            "mrc.psu.changed": packet.changed, "mrc.psu.port_count": packet.port_count}
     assert isinstance(packet, EvProbeReply)
     return _bth(wire.Opcode.EV_PROBE_REPLY, {}, wire.EP_OP_QP, "mrc.req_id", packet.req_id, ev,
                 mrc_bytes) | {"mrc.evp.ev": packet.ev, "mrc.evp.port": packet.port,

@@ -17,6 +17,7 @@ from testbed.nic.wire import (
     Nack,
     NackReason,
     Opcode,
+    PortStatusUpdate,
     ReliabilityProbe,
     Sack,
     Trim,
@@ -108,8 +109,18 @@ ev_probe_replies = st.builds(
     EvProbeReply, req_id=u16, ev=u32, port=u8, rx_port=u8, ts_echo=u32, service_time_ns=u32
 )
 cnps = st.builds(Cnp, dest_qp=qpn)
+
+
+@st.composite
+def port_status_updates(draw: st.DrawFn) -> PortStatusUpdate:
+    count = draw(st.integers(1, wire.MAX_PORTS))
+    mask = st.integers(0, (1 << count) - 1)
+    return PortStatusUpdate(draw(u16), draw(mask), draw(mask), count)
+
+
 packets = st.one_of(
-    data_packets(), sacks, nacks, reliability_probes, ev_probes, ev_probe_replies, cnps
+    data_packets(), sacks, nacks, reliability_probes, ev_probes, ev_probe_replies, cnps,
+    port_status_updates(),
 )
 
 # One hand-written example of every kind, for the example-based tests.
@@ -137,6 +148,7 @@ EXAMPLES = {
     "ev_probe": EvProbe(0xBEEF, 0x00030201, 3, 1000),
     "ev_probe_reply": EvProbeReply(0xBEEF, 0x00030201, 3, 4, 1000, 2500),
     "cnp": Cnp(0x20),
+    "port_status_update": PortStatusUpdate(0xBEEF, 0b10, 0b01, 2),
 }
 
 ONLY = EXAMPLES["write_only"].encode()

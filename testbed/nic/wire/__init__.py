@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from testbed.nic.wire.checks import WireError
 from testbed.nic.wire.decode import decode, decode_received
-from testbed.nic.wire.encode import encode_data, encode_sack
+from testbed.nic.wire.encode import encode_data, encode_port_status_update, encode_sack
 from testbed.nic.wire.inner import (
     EV_MASK,
     Address,
@@ -50,6 +50,9 @@ from testbed.nic.wire.layout import (
     EV_PROBE_PACKET_LEN,
     EV_PROBE_REPLY_LEN,
     EV_PROBE_REPLY_PACKET_LEN,
+    EETH_LEN,
+    EP_OP_PORT_STATUS,
+    ERTH_LEN,
     FLAG_ACK_REQUEST,
     FLAG_RETRANSMIT,
     FLAG_TIMESTAMP,
@@ -61,12 +64,14 @@ from testbed.nic.wire.layout import (
     IMMDT_LEN,
     INNER_HEADERS_LEN,
     IPV6_HEADER_LEN,
+    MAX_PORTS,
     MAX_RCV_CWND_PEN,
     METH_LEN,
     MPR_UNIT_PSNS,
     NACK_LEN,
     NETH_LEN,
     ONLY_OPCODES,
+    PORT_STATUS_PACKET_LEN,
     PROTOCOL_VERSION,
     REQ_ID_MASK,
     RETH_LEN,
@@ -95,6 +100,7 @@ from testbed.nic.wire.packets import (
     EvProbeReply,
     Nack,
     Packet,
+    PortStatusUpdate,
     ReliabilityProbe,
     RxData,
     RxSack,
@@ -122,4 +128,7 @@ __all__ = [
     # Public constants the flat wire.py had outside its __all__.
     "EV_MASK", "EV_PROBE_PACKET_LEN", "EV_PROBE_REPLY_PACKET_LEN", "REQ_ID_MASK",
     "SACK_PROBE_REPLY", "SACK_VERDICT_MASK", "SRH_FIXED_LEN", "SRH_SEGMENT_LEN",
+    # The Port Status Update endpoint operation (docs/wire-format.md §6.4).
+    "EETH_LEN", "EP_OP_PORT_STATUS", "ERTH_LEN", "MAX_PORTS", "PORT_STATUS_PACKET_LEN",
+    "PortStatusUpdate", "encode_port_status_update",
 ]

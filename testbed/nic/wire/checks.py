@@ -8,7 +8,7 @@ both sides refuse the same things.
 
 from __future__ import annotations
 
-from testbed.nic.wire.layout import EP_OP_QP, ONLY_OPCODES
+from testbed.nic.wire.layout import EP_OP_QP, MAX_PORTS, ONLY_OPCODES
 
 # What a decoder reads: any byte buffer (a received datagram, a slice of a capture).
 Buffer = bytes | bytearray | memoryview
@@ -43,3 +43,11 @@ def check_data_lengths(opcode: int, trim: int, payload_len: int, total_length: i
         raise WireError(
             f"multi-packet WRITE piece of {payload_len} bytes in a {total_length}-byte WRITE"
         )
+
+
+def check_port_masks(port_status: int, changed: int, port_count: int) -> None:
+    """A Port Status Update names 1..32 ports; both masks have bits for those ports only."""
+    if not 1 <= port_count <= MAX_PORTS:
+        raise WireError(f"port_count {port_count} outside 1..{MAX_PORTS}")
+    if (port_status | changed) >> port_count or port_status < 0 or changed < 0:
+        raise WireError(f"port mask bits set beyond port {port_count}")

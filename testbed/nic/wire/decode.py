@@ -17,7 +17,13 @@ from __future__ import annotations
 import zlib
 from typing import Any, Callable
 
-from testbed.nic.wire.checks import Buffer, WireError, check_data_lengths, check_dest_qp
+from testbed.nic.wire.checks import (
+    Buffer,
+    WireError,
+    check_data_lengths,
+    check_dest_qp,
+    check_port_masks,
+)
 from testbed.nic.wire.layout import (
     BTH,
     BTH_FLAGS_OFFSET,
@@ -28,6 +34,7 @@ from testbed.nic.wire.layout import (
     DATA_FLAGS,
     DATA_LAYOUTS,
     DATA_OPCODES,
+    EP_OP_PORT_STATUS,
     EP_OP_QP,
     EV_PROBE_BODY,
     EV_PROBE_PACKET_LEN,
@@ -43,6 +50,8 @@ from testbed.nic.wire.layout import (
     NACK_BODY,
     NACK_LEN,
     ONLY_OPCODES,
+    PORT_STATUS_BODY,
+    PORT_STATUS_PACKET_LEN,
     PROTOCOL_VERSION,
     PSN_FIELD_MASK,
     REQ_ID_MASK,
@@ -67,6 +76,7 @@ from testbed.nic.wire.packets import (
     EvProbeReply,
     Nack,
     Packet,
+    PortStatusUpdate,
     ReliabilityProbe,
     RxData,
     RxSack,
@@ -222,6 +232,21 @@ def _decode_ev_probe_reply(
     return EvProbeReply(psn, ev, port, rx_port, ts_echo, service_time_ns)
 
 
+def _decode_port_status_update(
+    buf: Buffer, n: int, opcode: Opcode, flags: int, dqp: int, psn: int
+) -> PortStatusUpdate:
+    _check_exact_length("port status update", n, PORT_STATUS_PACKET_LEN)
+    _check_crc(buf, n - ICRC_LEN)
+    (ep_op, r8, r16, r32, r64, port_status, changed, port_count, r8b, r16b, r64a, r64b,
+     r64c) = PORT_STATUS_BODY.unpack_from(buf, BTH_LEN)
+    if ep_op != EP_OP_PORT_STATUS:
+        raise WireError(f"unknown endpoint operation {ep_op:#04x} in port status update")
+    if r8 or r16 or r32 or r64 or r8b or r16b or r64a or r64b or r64c:
+        raise WireError("reserved bits set in port status update")
+    check_port_masks(port_status, changed, port_count)
+    return PortStatusUpdate(psn, port_status, changed, port_count)
+
+
 def _dispatch_table(
     data: Callable[..., Any], sack: Callable[..., Any]
 ) -> dict[int, tuple[Opcode, _Decoder, int, bool]]:
@@ -237,6 +262,9 @@ def _dispatch_table(
         Opcode.CNP.value: (Opcode.CNP, _decode_cnp, 0, False),
         Opcode.EV_PROBE.value: (Opcode.EV_PROBE, _decode_ev_probe, 0, True),
         Opcode.EV_PROBE_REPLY.value: (Opcode.EV_PROBE_REPLY, _decode_ev_probe_reply, 0, True),
+        Opcode.PORT_STATUS_UPDATE.value: (
+            Opcode.PORT_STATUS_UPDATE, _decode_port_status_update, 0, True
+        ),
     }
 
 

@@ -15,7 +15,13 @@ from __future__ import annotations
 import struct
 import zlib
 
-from testbed.nic.wire.checks import WireError, check_24bit, check_data_lengths, check_dest_qp
+from testbed.nic.wire.checks import (
+    WireError,
+    check_24bit,
+    check_data_lengths,
+    check_dest_qp,
+    check_port_masks,
+)
 from testbed.nic.wire.layout import (
     BTH,
     BTH_PKEY,
@@ -25,6 +31,7 @@ from testbed.nic.wire.layout import (
     EP_OP_QP,
     EV_PROBE_BODY,
     CNP_BODY_LEN,
+    EP_OP_PORT_STATUS,
     EV_PROBE_REPLY_BODY,
     FLAG_ACK_REQUEST,
     FLAG_RETRANSMIT,
@@ -36,6 +43,7 @@ from testbed.nic.wire.layout import (
     MAX_RCV_CWND_PEN,
     NACK_BODY,
     ONLY_OPCODES,
+    PORT_STATUS_BODY,
     REQ_ID_MASK,
     SACK_OPCODE_VALUE,
     SACK_PACKET,
@@ -227,4 +235,15 @@ def encode_ev_probe_reply(
     _check_req_id(req_id)
     header = _bth(Opcode.EV_PROBE_REPLY, 0, EP_OP_QP, req_id)
     body = _pack(EV_PROBE_REPLY_BODY, ev, port, rx_port, 0, ts_echo, service_time_ns)
+    return _seal(header + body)
+
+
+def encode_port_status_update(req_id: int, port_status: int, changed: int,
+                              port_count: int) -> bytes:
+    """The bytes of PortStatusUpdate(same arguments).encode(); raises WireError likewise."""
+    _check_req_id(req_id)
+    check_port_masks(port_status, changed, port_count)
+    header = _bth(Opcode.PORT_STATUS_UPDATE, 0, EP_OP_QP, req_id)
+    body = _pack(PORT_STATUS_BODY, EP_OP_PORT_STATUS, 0, 0, 0, 0,
+                 port_status, changed, port_count, 0, 0, 0, 0, 0)
     return _seal(header + body)

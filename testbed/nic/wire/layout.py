@@ -21,7 +21,7 @@ from operator import itemgetter
 
 UDP_PORT = 4791
 PROTOCOL_VERSION = 1
-EP_OP_QP = 0x2  # destination QP reserved for endpoint operations (EV probes)
+EP_OP_QP = 0x2  # destination QP reserved for endpoint operations (EV probes, port status)
 
 IPV6_HEADER_LEN = 40
 UDP_HEADER_LEN = 8
@@ -41,6 +41,12 @@ NETH_LEN = 16
 EV_PROBE_LEN = 12
 EV_PROBE_REPLY_LEN = 16
 CNP_BODY_LEN = 16   # RoCEv2 CNP: 16 reserved bytes between BTH and ICRC
+# Endpoint operations carry a 16-byte ERTH and a 36-byte EETH [3P:ns3]; what is in them is
+# not public, the Port Status Update's layout is ours (docs/wire-format.md §6.4, [CONV]).
+ERTH_LEN = 16
+EETH_LEN = 36
+EP_OP_PORT_STATUS = 0x01   # ERTH's endpoint-operation code of a Port Status Update [CONV]
+MAX_PORTS = 32             # the port_status mask is 32 bits, bit p-1 = port p [R:ctl.h]
 
 REQ_ID_MASK = 0xFFFF  # endpoint operations carry a u16 request id in BTH PSN[15:0]
 MPR_UNIT_PSNS = 128
@@ -86,6 +92,7 @@ class Opcode(IntEnum):
     RELIABILITY_PROBE = 0xC2
     EV_PROBE = 0xC3
     EV_PROBE_REPLY = 0xC4
+    PORT_STATUS_UPDATE = 0xC5
     # RoCEv2's congestion notification packet (IBA Annex A17: BTH opcode 0x81), which a
     # DCQCN notification point sends its reaction point on a CE mark.
     CNP = 0x81
@@ -153,6 +160,9 @@ NACK_BODY = struct.Struct(">BBHIII")
 EV_PROBE_BODY = struct.Struct(">IBBHI")  # ev, port, reserved, reserved, tx_timestamp
 # ev, port (echoed), rx_port, reserved, ts_echo, service_time_ns
 EV_PROBE_REPLY_BODY = struct.Struct(">IBBHII")
+# Port Status Update: ERTH = ep_op, 15 reserved bytes (u8, u8, u16, u32, u64);
+# EETH = port_status, changed, port_count, 27 reserved bytes (u8, u16, u64 x 3).
+PORT_STATUS_BODY = struct.Struct(">BBHIQ" "IIBBHQQQ")
 # A whole SACK but its ICRC: BTH | SETH | CC_STATE.
 SACK_PACKET = struct.Struct(">" + _BTH_FORMAT + SACK_BODY.format.lstrip(">"))
 
@@ -215,12 +225,14 @@ assert SACK_PACKET.size == BTH_LEN + SETH_LEN + CC_STATE_LEN
 assert NACK_BODY.size == NETH_LEN
 assert EV_PROBE_BODY.size == EV_PROBE_LEN
 assert EV_PROBE_REPLY_BODY.size == EV_PROBE_REPLY_LEN
+assert PORT_STATUS_BODY.size == ERTH_LEN + EETH_LEN
 
 SACK_LEN = BTH_LEN + SETH_LEN + CC_STATE_LEN + ICRC_LEN
 NACK_LEN = BTH_LEN + NETH_LEN + ICRC_LEN
 EV_PROBE_PACKET_LEN = BTH_LEN + EV_PROBE_LEN + ICRC_LEN
 EV_PROBE_REPLY_PACKET_LEN = BTH_LEN + EV_PROBE_REPLY_LEN + ICRC_LEN
 CNP_PACKET_LEN = BTH_LEN + CNP_BODY_LEN + ICRC_LEN
+PORT_STATUS_PACKET_LEN = BTH_LEN + ERTH_LEN + EETH_LEN + ICRC_LEN   # 68
 MIN_DATA_PACKET_LEN = BTH_LEN + METH_LEN + RETH_LEN + ICRC_LEN
 
 

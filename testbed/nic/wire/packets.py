@@ -18,6 +18,7 @@ from testbed.nic.wire.encode import (
     encode_ev_probe,
     encode_ev_probe_reply,
     encode_nack,
+    encode_port_status_update,
     encode_reliability_probe,
     encode_sack,
 )
@@ -165,7 +166,30 @@ class EvProbeReply:
                                      self.ts_echo, self.service_time_ns)
 
 
-Packet = Union[DataPacket, Sack, Nack, ReliabilityProbe, Cnp, EvProbe, EvProbeReply]
+@dataclass(frozen=True, slots=True)
+class PortStatusUpdate:
+    """Endpoint-op Port Status Update: BTH (QP 0x2, psn = req_id) | ERTH | EETH | ICRC
+    (docs/wire-format.md §6.4; layout [CONV]).
+
+    ``port_status`` is the sender's 32-bit 1-based port mask, bit p-1 set = port (plane) p
+    up, sent to its peers so they stop using EVs on a failed port at once [R:ctl.h];
+    ``changed`` the ports whose state changed since the previous update, ``port_count``
+    how many ports the sender has (mask bits from ``port_count`` on are zero). ``req_id``
+    counts the sender's updates (u16, wraps), so a receiver can drop a stale copy.
+    """
+
+    req_id: int
+    port_status: int
+    changed: int
+    port_count: int
+
+    def encode(self) -> bytes:
+        return encode_port_status_update(self.req_id, self.port_status, self.changed,
+                                         self.port_count)
+
+
+Packet = Union[DataPacket, Sack, Nack, ReliabilityProbe, Cnp, EvProbe, EvProbeReply,
+               PortStatusUpdate]
 
 
 class RxData(NamedTuple):
