@@ -187,8 +187,8 @@ def completes_intact(run):
 
 # Faults that take a host's NIC port down (its link's carrier): the
 # endpoint is told at once by the kernel (a port event, docs/faults.md) and
-# stops sending there; only its peers, which are told nothing, find the
-# port's paths by their timers.
+# stops sending there, and tells its peers (a Port Status Update): no
+# timer has to find the port's paths.
 PORT_FAULTS = ('plane_down', 'nic_port_down')
 # The port event reaches the endpoint loop at its next turn: within two
 # base RTTs of the fault's application (as in test_nic_port_events.py).
@@ -197,8 +197,9 @@ PORT_EVENT_RTTS = 2
 
 def assert_mrc_rides_through(sc, fabric, run, recovery=True):
     """Completes intact; every fault that killed paths is found within
-    DETECT by the packet timers (and, for a NIC port, by the port event at
-    once) and recovered from within RECOVERY."""
+    DETECT by the packet timers (a NIC port or a plane: told by the port
+    event and the peer's update within PORT_EVENT_RTTS) and recovered from
+    within RECOVERY."""
     completes_intact(run)
     plan = sc.plan()
     paths = {}
@@ -216,8 +217,20 @@ def assert_mrc_rides_through(sc, fabric, run, recovery=True):
             for port in ports:
                 assert told[port] - fault['t'] <= fault['apply_s'] + \
                     PORT_EVENT_RTTS * fabric.rtt, (port, told[port], fault)
-            if fault['fault'] == 'plane_down':
-                continue       # every end is told: no timer has to find it
+            if fault['fault'] == 'nic_port_down':
+                # Its peers hear it from the host's Port Status Update (two
+                # copies per live plane, at once: one way on plane 2, under
+                # an RTT, docs/faults.md), not from their timers.
+                heard = [e for e in run.events
+                         if e.get('event') == 'nic_port_peer'
+                         and e['peer'] == fault['host']   # heard by e['host']
+                         and e['plane'] == fault['plane']
+                         and e['state'] == 'down' and e['t'] >= fault['t']]
+                assert heard, 'no peer of %s heard its port' % fault['host']
+                for e in heard:
+                    assert e['t'] - fault['t'] <= fault['apply_s'] + \
+                        PORT_EVENT_RTTS * fabric.rtt, (e, fault)
+            continue     # every end is told: no timer has to find the port
         dead = _faulty([fault])
         found = []
         for e in run.events:
@@ -504,8 +517,8 @@ def test_incast_7to1_victim(tmp_path):
 
 def test_nic_port_failure(tmp_path):
     sc, fabric, runs = run_quick('nic_port_failure', tmp_path)
-    # h1 learns of its own port at once (a port event); its peers' EVs
-    # towards h1's plane-1 port are found by their timers. The recovery
+    # h1 learns of its own port at once (a port event), its peers from its
+    # Port Status Update. The recovery
     # figure is not a measure here: the quick form's bystander flow (h6 ->
     # h11, 0.2 s on) ends at about 0.65 s, just after the fault, so the
     # second before the fault carried load the workload no longer offers
