@@ -28,10 +28,10 @@ MIN_WRITE_S = -(-SIZE // DATA_PAYLOAD_BYTES) * DATA_FRAME_BYTES * 8 / (
 FAULTS_BY_S = 0.3
 # 32x the write's time on one plane (0.93 s): a write still running then
 # is stuck, an outcome of its own (neither done nor a QP error), counted
-# against the quota below. One timeline (a dead agg switch on one plane
-# and the receiver's port on the other) crawls at ~30 packets/s: EVs
-# through the dead port are found one timeout at a time, since no
-# port-status event reaches the endpoint yet.
+# against the quota below. Before the Port Status Update one timeline (a
+# dead agg switch on one plane and the receiver's port on the other)
+# crawled at ~30 packets/s, the sender finding the dead port's EVs one
+# timeout at a time; told by the receiver, it now completes.
 STUCK_AFTER_S = 30
 
 
