@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from testbed.bench import charts
 from testbed.bench.harness import (BenchContext, RECOVERY_HOLD_S, SectionResult,
-                           Trial, goodput_mbps, md_table, rejected_note, retried_note, run_trial,
+                           Trial, goodput_kept, goodput_mbps, md_table, rejected_note, retried_note, run_trial,
                            scenario, spread)
 from testbed.fabric.net import FabricNet
 from testbed.workload.base_rtt import measure_base_rtt
@@ -198,12 +198,8 @@ def measure(trial: Trial, failure: Failure, rtt: float, plan) -> None:
 def kept(goodput: list[float], failure: Failure) -> float | None:
     """Goodput while the failure lasts (after its first 0.5 s) over the
     second before it."""
-    def mean(a: float, b: float) -> float:
-        part = goodput[int(a / BIN_S):int(b / BIN_S)]
-        return sum(part) / len(part) if part else 0.0
-    end = failure.at + OUTAGE_S if failure.undo else len(goodput) * BIN_S
-    before = mean(failure.at - 1, failure.at)
-    return mean(failure.at + 0.5, end) / before if before else None
+    return goodput_kept(goodput, failure.at, failure.at + OUTAGE_S
+                        if failure.undo else None)
 
 
 def bypass(run, failure: Failure, target: dict | None, plan) -> float | None:

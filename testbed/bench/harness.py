@@ -116,6 +116,19 @@ def goodput_mbps(run: TransportRun) -> list[float]:
     return [b * 8 / BIN_S / 1e6 for b in run.goodput_bins]
 
 
+def goodput_kept(goodput: list[float], at: float,
+                 end: float | None = None) -> float | None:
+    """Mean goodput from 0.5 s after `at` until `end` (default: the last
+    bin) over the second before `at`: what a fault left, in one ratio that
+    the goodput's own short dips barely move."""
+    def mean(a: float, b: float) -> float:
+        part = goodput[int(a / BIN_S):int(b / BIN_S)]
+        return sum(part) / len(part) if part else 0.0
+    before = mean(at - 1, at)
+    return mean(at + 0.5, len(goodput) * BIN_S if end is None else end) / \
+        before if before else None
+
+
 def delivered(run: TransportRun, label: str | None = None) -> int:
     return sum(f.delivered for f in run.flows
                if label is None or f.label == label)

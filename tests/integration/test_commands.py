@@ -125,3 +125,27 @@ def test_controller_listens_on_loopback_only(fabric_factory):
         local = line.split()[3]
         assert local.startswith('127.0.0.1:'), line
 
+
+
+def test_run_exits_1_on_a_result_it_does_not_trust(tmp_path):
+    # A busy loop pinned to each core takes half of it from everything else
+    # (CFS shares a CPU evenly between runnable tasks of one weight), so the
+    # endpoint loop and ovs-vswitchd wait for a CPU for far more than the
+    # gate's WAIT_LIMIT (10 % of the run) and the machine is busier than
+    # BUSY_LIMIT: the gate cannot pass the run, and `run` must say so and
+    # exit 1 rather than report a number.
+    hogs = [subprocess.Popen([sys.executable, '-c', 'import os; os.sched_'
+                              'setaffinity(0, {%d})\nwhile True: pass' % cpu])
+            for cpu in sorted(os.sched_getaffinity(0))]
+    try:
+        done = run('run', 'scenarios/link_failure_allreduce.yaml', '--quick',
+                   '--transport', 'mrc', '--out', str(tmp_path), timeout=600)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert 'NOT TRUSTED' in done.stdout
+    summary = json.loads(next(tmp_path.rglob('summary.json')).read_text())
+    assert not summary['transports']['mrc']['trusted']
+    assert spotless()

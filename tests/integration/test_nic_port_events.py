@@ -16,22 +16,13 @@ How the figures are read:
 """
 from __future__ import annotations
 
-import threading
-import time
-from dataclasses import dataclass, field
-
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.nic.emulated_timescale import base_rtt_s
-from testbed.nic.outgoing import Outgoing
-from testbed.nic.socket_runtime import Nic
-from testbed.workload.endpoint_flows import DATA_OPCODES, EndpointFlows
+from testbed.workload.endpoint_flows import EndpointFlows
+from tests.integration.port_faults import (PLANE, SPEC, SRC, DST, Watch,
+                                           nic_of, tap_sender,
+                                           transfer_across_a_port_fault)
 
-SPEC = 'fattree,k=4,planes=2,bw=20'
-SRC, DST = 'h1', 'h16'          # pod 0 to pod 3: 4 paths per plane
-PLANE = 1
-SIZE = 16 << 20                 # >= 3 s at 2 x 20 Mbit/s: outlives the outage
-DOWN_AT_S, UP_AT_S = 0.8, 1.6   # into the transfer
-TIMEOUT_S = 120
 # The bound, from the mechanism: the veth drops carrier as the switch end
 # goes down and the kernel sends RTM_NEWLINK at once (a veth's carrier change
 # is an urgent link-watch event: its iflink is its peer); the loop looks at
@@ -46,72 +37,16 @@ TIMEOUT_S = 120
 BOUND_RTTS = 2.0
 
 
-@dataclass
-class Watch:
-    """What the test reads off the run (see the module doc)."""
-    data_sent: list[tuple[float, int]] = field(default_factory=list)
-    timeouts_before_down: int | None = None
-
-
-def sender_nic(driver: EndpointFlows) -> Nic:
-    return next(n for n in driver.runtime.nics if n.endpoint.addr == SRC)
-
-
-def tap_sender(driver: EndpointFlows, watch: Watch) -> None:
-    """Record the sender's data packets (time, plane), then count as before."""
-    count = driver.runtime.tap
-
-    def tap(now: float, nic: Nic, pkt: Outgoing) -> None:
-        if nic.endpoint.addr == SRC and pkt.data[0] in DATA_OPCODES:
-            watch.data_sent.append((now, pkt.plane))
-        if count is not None:
-            count(now, nic, pkt)
-    driver.runtime.tap = tap
-
-
-def fault_later(inj: FaultInjector, t0: float) -> threading.Thread:
-    """The port fails and returns on its own clock, as a real port does:
-    the endpoint loop keeps running while the fault is applied."""
-    def act() -> None:
-        time.sleep(max(0.0, t0 + DOWN_AT_S - time.monotonic()))
-        inj.nic_port_down(SRC, PLANE)
-        time.sleep(max(0.0, t0 + UP_AT_S - time.monotonic()))
-        inj.nic_port_up(SRC, PLANE)
-    thread = threading.Thread(target=act, daemon=True)
-    thread.start()
-    return thread
-
-
-def run_flow(driver: EndpointFlows, watch: Watch) -> None:
-    nic, qp = sender_nic(driver), driver.connections[(SRC, DST)].requester
-    deadline = time.monotonic() + TIMEOUT_S
-    while driver.status(1) == 'running':
-        assert time.monotonic() < deadline
-        before = qp.counters.timeout_losses_by_plane.get(PLANE, 0)
-        driver.poll()
-        if watch.timeouts_before_down is None and nic.port_events:
-            watch.timeouts_before_down = before
-
-
 def test_sender_port_down_takes_its_plane_out_at_once(fabric_factory):
     fab = fabric_factory(SPEC)
     rtt = base_rtt_s(fab.link_rate_bps, fab.plan.longest_path_links)
-    driver = EndpointFlows(fab, 'mrc', seed=5)
-    inj = FaultInjector(fab)
     watch = Watch()
-    try:
-        driver.prepare([(SRC, DST, SIZE)])
-        tap_sender(driver, watch)
-        driver.ev_events()                       # the profiles: not read here
-        t0 = time.monotonic()
-        driver.start(1, SRC, DST, SIZE)
-        thread = fault_later(inj, t0)
-        run_flow(driver, watch)
-        thread.join(timeout=10)
+    with transfer_across_a_port_fault(
+            fab, SRC, lambda driver: tap_sender(driver, watch),
+            lambda driver: bool(nic_of(driver, SRC).port_events)) as (
+                driver, inj, before):
+        watch.timeouts_before_heard = before
         check(driver, inj, watch, rtt)
-    finally:
-        inj.restore_all()
-        driver.close()
 
 
 def check(driver: EndpointFlows, inj: FaultInjector, watch: Watch,
@@ -119,7 +54,7 @@ def check(driver: EndpointFlows, inj: FaultInjector, watch: Watch,
     assert driver.status(1) == 'done' and driver.corrupt_bytes(1) == 0
     fault = {e['fault']: e['monotonic'] for e in inj.events}
     applied = {e['fault']: e['apply_s'] for e in inj.events}
-    events = sender_nic(driver).port_events
+    events = nic_of(driver, SRC).port_events
     assert [(plane, up) for _t, plane, up in events] == [(PLANE, False),
                                                          (PLANE, True)]
     (heard_down, _, _), (heard_up, _, _) = events
@@ -134,7 +69,7 @@ def check(driver: EndpointFlows, inj: FaultInjector, watch: Watch,
              (heard_down - fault['nic_port_down']) * 1e3, PLANE,
              (last - fault['nic_port_down']) * 1e3,
              (last - fault['nic_port_down']) / rtt, rtt * 1e3,
-             qp.counters.port_down_resends, PLANE, watch.timeouts_before_down,
+             qp.counters.port_down_resends, PLANE, watch.timeouts_before_heard,
              qp.counters.timeout_losses_by_plane.get(PLANE, 0),
              (heard_up - fault['nic_port_up']) * 1e3))
     assert heard_down - fault['nic_port_down'] <= BOUND_RTTS * rtt
@@ -143,7 +78,7 @@ def check(driver: EndpointFlows, inj: FaultInjector, watch: Watch,
     # What the port swallowed was resent at the event; no timer found it.
     assert qp.counters.port_down_resends > 0
     assert qp.counters.timeout_losses_by_plane.get(PLANE, 0) == \
-        watch.timeouts_before_down
+        watch.timeouts_before_heard
     # The port is back: plane 1 carries the transfer's data again.
     assert any(t >= heard_up for t in on_plane)
     logged = [(e['host'], e['plane'], e['state']) for e in driver.ev_events()

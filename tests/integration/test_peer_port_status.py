@@ -20,24 +20,17 @@ How the figures are read (as in test_nic_port_events.py):
 """
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass, field
 
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.nic.emulated_timescale import base_rtt_s
-from testbed.nic.endpoint import Endpoint
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.socket_runtime import Nic
 from testbed.nic.wire import Opcode
-from testbed.workload.endpoint_flows import DATA_OPCODES, EndpointFlows
-
-SPEC = 'fattree,k=4,planes=2,bw=20'
-SRC, DST = 'h1', 'h16'          # pod 0 to pod 3: 4 paths per plane
-PLANE = 1
-SIZE = 16 << 20                 # >= 3 s at 2 x 20 Mbit/s: outlives the outage
-DOWN_AT_S, UP_AT_S = 0.8, 1.6   # into the transfer
-TIMEOUT_S = 120
+from testbed.workload.endpoint_flows import EndpointFlows
+from tests.integration import port_faults
+from tests.integration.port_faults import (PLANE, SPEC, SRC, DST, nic_of,
+                                           transfer_across_a_port_fault)
 # The bound, from the mechanism. From the fault's clock: the injector's apply
 # time (netlink in the root namespace, 1-3 ms alone, up to 8 ms beside the
 # busy loop: docs/faults.md), in which the switch end goes down and h16's
@@ -60,86 +53,40 @@ BOUND_RTTS = 2.0
 
 
 @dataclass
-class Watch:
-    """What the test reads off the run (see the module doc)."""
-    data_sent: list[tuple[float, int]] = field(default_factory=list)
-    timeouts_before_heard: int | None = None
-    # The receiver's packets to the sender: when each left (by its bytes) and, on
-    # arrival, its one-way delay (both ends run in this process, on one clock).
+class Watch(port_faults.Watch):
+    """What the test reads off the run (see the module doc): also the
+    receiver's packets to the sender, when each left (by its bytes) and, on
+    arrival, its one-way delay (both ends run in this process, on one clock)."""
     back_sent: dict[bytes, float] = field(default_factory=dict)
     one_way: list[tuple[float, float, int]] = field(default_factory=list)  # (t, s, opcode)
-
-
-def nic_of(driver: EndpointFlows, host: str) -> Nic:
-    return next(n for n in driver.runtime.nics if n.endpoint.addr == host)
 
 
 def tap_sender(driver: EndpointFlows, watch: Watch) -> None:
     """Record the sender's data packets (time, plane) and the one-way delay of the
     receiver's packets to it, then count as before."""
-    count = driver.runtime.tap
-
-    def tap(now: float, nic: Nic, pkt: Outgoing) -> None:
-        if nic.endpoint.addr == SRC and pkt.data[0] in DATA_OPCODES:
-            watch.data_sent.append((now, pkt.plane))
-        elif nic.endpoint.addr == DST:
+    def back(now: float, nic: Nic, pkt: Outgoing) -> None:
+        if nic.endpoint.addr == DST:
             watch.back_sent[pkt.data] = now
-        if count is not None:
-            count(now, nic, pkt)
 
     def rx_tap(now: float, nic: Nic, data: bytes, ev: int, plane: int, src: str,
                ce: bool) -> None:
         sent = watch.back_sent.pop(data, None) if nic.endpoint.addr == SRC else None
         if sent is not None:
             watch.one_way.append((sent, now - sent, data[0]))
-    driver.runtime.tap = tap
+    port_faults.tap_sender(driver, watch, also=back)
     driver.runtime.rx_tap = rx_tap
-
-
-def fault_later(inj: FaultInjector, t0: float) -> threading.Thread:
-    """The receiver's port fails and returns on its own clock, as a real port
-    does: the endpoint loop keeps running while the fault is applied."""
-    def act() -> None:
-        time.sleep(max(0.0, t0 + DOWN_AT_S - time.monotonic()))
-        inj.nic_port_down(DST, PLANE)
-        time.sleep(max(0.0, t0 + UP_AT_S - time.monotonic()))
-        inj.nic_port_up(DST, PLANE)
-    thread = threading.Thread(target=act, daemon=True)
-    thread.start()
-    return thread
-
-
-def run_flow(driver: EndpointFlows, watch: Watch) -> None:
-    sender: Endpoint = nic_of(driver, SRC).endpoint
-    qp = driver.connections[(SRC, DST)].requester
-    deadline = time.monotonic() + TIMEOUT_S
-    while driver.status(1) == 'running':
-        assert time.monotonic() < deadline
-        before = qp.counters.timeout_losses_by_plane.get(PLANE, 0)
-        driver.poll()
-        if watch.timeouts_before_heard is None and sender.peer_port_events:
-            watch.timeouts_before_heard = before
 
 
 def test_receiver_port_down_reaches_the_sender_in_a_port_status_update(fabric_factory):
     fab = fabric_factory(SPEC)
     rtt = base_rtt_s(fab.link_rate_bps, fab.plan.longest_path_links)
-    driver = EndpointFlows(fab, 'mrc', seed=5)
-    inj = FaultInjector(fab)
     watch = Watch()
-    try:
-        driver.prepare([(SRC, DST, SIZE)])
-        tap_sender(driver, watch)
-        driver.ev_events()                       # the profiles: not read here
-        t0 = time.monotonic()
-        driver.start(1, SRC, DST, SIZE)
-        thread = fault_later(inj, t0)
-        run_flow(driver, watch)
-        thread.join(timeout=10)
+    with transfer_across_a_port_fault(
+            fab, DST, lambda driver: tap_sender(driver, watch),
+            lambda driver: bool(nic_of(driver, SRC).endpoint.peer_port_events)) as (
+                driver, inj, before):
+        watch.timeouts_before_heard = before
         check(driver, inj, watch, rtt)
-    finally:
-        inj.restore_all()
-        driver.close()
 
 
 def check(driver: EndpointFlows, inj: FaultInjector, watch: Watch,
