@@ -16,6 +16,7 @@ from testbed.bench.harness import (BenchContext, SectionResult, Trial,
 from testbed.fabric.net import FabricNet
 from testbed.nic.hardware_profile import PAPER_FABRIC
 from testbed.workload.runner import fabric_spec
+from testbed.workload.scenario import sized_for
 
 KEY = 'random_loss'
 TOPOLOGY = 'fattree,k=4,planes=2'
@@ -44,13 +45,14 @@ RC resends go-back-N from every lost packet (see *retransmitted*): what that
 costs grows with the packets in flight. On the fabric's own timescale (an
 idle RTT of a few ms, a handful of packets per port) a resent window is
 small; under the hardware profile (40 packets per port, as the paper's
-100G ports with 4 KB packets and a 13 us RTT) each loss resends about a
-window, and RC falls furthest at 1% (the table). The paper's "RoCE unusable
+100G ports with 4 KB packets and a 13 us RTT; its fabric carries 4 KB
+packets too) each loss resends about a window, and RC falls furthest at 1%
+(the table). The paper's "RoCE unusable
 at 1%" is at hardware windows of thousands of packets per QP (many QPs,
 800G NICs); one QP on one 100G port keeps 40, so the emulated figure is an
 upper bound for RC. Kernel TCP (SACK, CUBIC) has no delay stage, so it runs
-on the fabric's own small bandwidth-delay product under both, and loses
-almost nothing.'''
+on the fabric's own small bandwidth-delay product under both (in 4 KB
+segments under the profile), and loses almost nothing.'''
 
 
 def run(ctx: BenchContext) -> SectionResult:
@@ -58,10 +60,13 @@ def run(ctx: BenchContext) -> SectionResult:
     losses = (0.0, 1.0) if ctx.quick else LOSSES
     transports = ('mrc', 'rc') if ctx.quick else TRANSPORTS
     trials: list[Trial] = []
-    with FabricNet(fabric_spec(TOPOLOGY, RATE_MBIT)) as fab:
-        for rep in range(ctx.reps):
-            for loss in losses:
-                for hardware in TIMESCALES:
+    for hardware in TIMESCALES:
+        # A profile's rows run on links of its MTU (4 KB packets), the
+        # fabric's own on 1,500 bytes: one fabric each, in the same run.
+        spec = fabric_spec(sized_for(TOPOLOGY, hardware), RATE_MBIT)
+        with FabricNet(spec) as fab:
+            for rep in range(ctx.reps):
+                for loss in losses:
                     sc = scenario(
                         'bench-random-loss', TOPOLOGY, RATE_MBIT, {
                             'type': 'point_to_point', 'src': SRC, 'dst': DST,
@@ -143,12 +148,13 @@ def report(ctx: BenchContext, trials: list[Trial], size_mb: float) -> str:
         'repetitions; loss applied with a `tc` classifier on %s\'s link to '
         'each plane (both directions) from the start. Throughput: payload '
         'over the time to completion (or the %g s cap). Each loss runs on '
-        'the fabric\'s own timescale and under the `%s` hardware profile '
-        '(%.0f packets in flight per port, as on the hardware: '
+        'the fabric\'s own timescale (1,500-byte MTU) and under the `%s` '
+        'hardware profile (%.0f packets in flight per port, on a fabric of '
+        'the same links carrying its %d-byte packets, as on the hardware: '
         'docs/timescale.md). %s%s.' % (
             size_mb, SRC, DST, TOPOLOGY, RATE_MBIT, ctx.reps, SRC,
             8 if ctx.quick else CAP_S, PAPER_FABRIC.name,
-            PAPER_FABRIC.bdp_packets, rejected_note(trials),
+            PAPER_FABRIC.bdp_packets, PAPER_FABRIC.mtu, rejected_note(trials),
             retried_note(trials)),
         md_table(['loss', 'timescale', 'transport', 'throughput',
                   'of loss-free', 'retransmitted', 'completed'], rows),

@@ -38,12 +38,15 @@ class LinkRequest:
     bw_mbit: float | None = None
     delay_ms: float | None = None
     ecn: bool = False
+    mtu: int | None = None
 
     @classmethod
     def from_params(cls, params: Mapping[str, float | int]) -> LinkRequest:
+        mtu = params.get('mtu')
         return cls(bw_mbit=params.get('bw') or None,
                    delay_ms=params.get('delay') or None,
-                   ecn=bool(params.get('ecn')))
+                   ecn=bool(params.get('ecn')),
+                   mtu=int(mtu) if mtu else None)
 
     def needs_qdiscs(self) -> bool:
         """Beyond HTB, which every kernel here has."""
@@ -87,7 +90,8 @@ def tclink_kwargs(request: LinkRequest,
     missing = missing_features(request, available)
     if missing:
         raise FeatureMissing(missing)
-    return tc_link_params(request.bw_mbit, request.delay_ms, request.ecn)
+    return tc_link_params(request.bw_mbit, request.delay_ms, request.ecn,
+                          request.mtu)
 
 
 def resolve(params: Mapping[str, float | int],

@@ -43,7 +43,7 @@ from testbed.fabric.netns import write_sysctl
 from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import TopoSpec
 from testbed.fabric.usid_plan import FabricPlan
-from testbed.nic.emulated_timescale import NO_SIGNALS, CongestionSignals
+from testbed.nic.emulated_timescale import MTU, NO_SIGNALS, CongestionSignals
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FLOW_INSTALL_TIMEOUT_S = 60.0
@@ -98,6 +98,8 @@ class FabricNet:
         # spec's bw=), None on unshaped links. Drivers size their QPs on it.
         bw = spec.kwargs().get('bw')
         self.link_rate_bps: float | None = float(bw) * 1e6 if bw else None
+        # ... and of the links' MTU (the spec's mtu=, else the kernel's).
+        self.mtu: int = int(spec.kwargs().get('mtu', MTU))
         # The idle base RTT, once something measured it
         # (workload.base_rtt; a hardware profile's delay is made up from it).
         self.measured_base_rtt_s: float | None = None
@@ -196,7 +198,7 @@ class FabricNet:
         assert self.net is not None and self.workdir is not None
         self.signals = signals.SignallingPorts(
             self.workdir.name, settings, self.link_rate_bps or 0,
-            self._switch_ports())
+            self._switch_ports(), self.mtu)
 
     @property
     def congestion_signals(self) -> CongestionSignals:

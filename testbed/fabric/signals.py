@@ -37,7 +37,7 @@ from testbed.fabric.switch_port import (PortConfig, SwitchPortError,
                                         SwitchPortProgram,
                                         set_priority_htb_rate,
                                         setup_priority_htb_many)
-from testbed.nic.emulated_timescale import nscc_target_s
+from testbed.nic.emulated_timescale import ETHERNET_HEADER_LEN, MTU, nscc_target_s
 
 SPEC_FLAGS = ('mark', 'trim', 'mark_last')
 SPEC_KB = ('mark_kb', 'trim_kb')
@@ -77,10 +77,12 @@ class SignalSettings:
                 'trim_threshold_bytes': self.trim_bytes if self.trim else None}
 
 
-def default_thresholds(rate_bps: float, path_links: int) -> tuple[int, int]:
-    """(mark, trim) bytes for a port at `rate_bps` (module docstring)."""
+def default_thresholds(rate_bps: float, path_links: int,
+                       mtu: int = MTU) -> tuple[int, int]:
+    """(mark, trim) bytes for a port at `rate_bps` on links of `mtu`
+    (module docstring)."""
     queue_at_target = rate_bps / 8 * nscc_target_s(rate_bps, path_links,
-                                                   trimming=True)
+                                                   trimming=True, mtu=mtu)
     return (round(MARK_TARGET_FRACTION * queue_at_target),
             round(TRIM_TARGET_MULTIPLE * queue_at_target))
 
@@ -93,7 +95,8 @@ def settings_from_spec(params: Mapping[str, float | int],
     rate_mbit = params.get('bw')
     if not rate_mbit:
         return None
-    mark, trim = default_thresholds(float(rate_mbit) * 1e6, path_links)
+    mark, trim = default_thresholds(float(rate_mbit) * 1e6, path_links,
+                                    int(params.get('mtu', MTU)))
     return SignalSettings(
         mark=bool(params.get('mark', 1)), trim=bool(params.get('trim', 1)),
         mark_bytes=round(params['mark_kb'] * 1000) if 'mark_kb' in params
@@ -142,14 +145,17 @@ class SignallingPorts:
     """The program on every switch port of one running fabric."""
 
     def __init__(self, tag: str, settings: SignalSettings, rate_bps: float,
-                 ports: Mapping[str, PortInfo]) -> None:
-        """`ports`: every switch-side interface (all in the root namespace)."""
+                 ports: Mapping[str, PortInfo], mtu: int = MTU) -> None:
+        """`ports`: every switch-side interface (all in the root namespace),
+        on links of `mtu` bytes."""
         self.settings = settings
         self.rate_bps = int(rate_bps)
         self.ports = dict(ports)
+        self.quantum_bytes = mtu + ETHERNET_HEADER_LEN     # one full frame
         self.program: SwitchPortProgram | None = SwitchPortProgram(tag)
         try:
-            setup_priority_htb_many(self.ports, self.rate_bps)
+            setup_priority_htb_many(self.ports, self.rate_bps,
+                                    quantum_bytes=self.quantum_bytes)
             self.program.attach_many({intf: self._config(intf, self.rate_bps)
                                       for intf in self.ports})
         except BaseException:
@@ -166,7 +172,7 @@ class SignallingPorts:
         """A rate change on a signalling port: the HTB classes and the
         virtual queue both drain at the new rate."""
         assert self.program is not None
-        set_priority_htb_rate(intf, int(rate_bps))
+        set_priority_htb_rate(intf, int(rate_bps), quantum_bytes=self.quantum_bytes)
         self.program.set_rate(intf, int(rate_bps))
 
     def counters(self, queues: bool = True) -> dict[str, dict[str, int]]:

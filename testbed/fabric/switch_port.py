@@ -84,7 +84,9 @@ HTB_ROOT, HTB_PARENT, HTB_CONTROL, HTB_DATA = '5:0', '5:1', '5:2', '5:3'
 # (net/sched/sch_htb.c htb_classify()): this value sends a packet to 5:2.
 CONTROL_PRIORITY = HTB_MAJOR << 16 | 2
 HTB_BURST_BYTES = 15000              # TCLink's burst (15k)
-HTB_QUANTUM = 1514                   # one full frame: a quantum below the MTU makes HTB warn
+HTB_QUANTUM = 1514                   # one full frame at the 1,500-byte MTU (a fabric of
+                                     # another MTU passes its own): HTB serves a class at
+                                     # least a frame a round
 MIN_HTB_RATE_BPS = 1000              # tc's rate resolution is 1 kbit/s
 DATA_MIN_SHARE = 100                 # the data class is assured 1/100 of the link
 
@@ -622,16 +624,17 @@ def priority_htb_rates(rate_bps: int) -> tuple[int, int]:
     return rate_bps - data, data
 
 
-def _htb_class_commands(verb: str, intf: str, rate_bps: int, burst_bytes: int) -> list[str]:
+def _htb_class_commands(verb: str, intf: str, rate_bps: int, burst_bytes: int,
+                        quantum_bytes: int) -> list[str]:
     control, data = priority_htb_rates(rate_bps)
     common = 'ceil %dbit burst %d cburst %d' % (rate_bps, burst_bytes, burst_bytes)
     return [
         'class %s dev %s parent %s classid %s htb rate %dbit %s' % (
             verb, intf, HTB_ROOT, HTB_PARENT, rate_bps, common),
         'class %s dev %s parent %s classid %s htb rate %dbit %s prio 0 quantum %d' % (
-            verb, intf, HTB_PARENT, HTB_CONTROL, control, common, HTB_QUANTUM),
+            verb, intf, HTB_PARENT, HTB_CONTROL, control, common, quantum_bytes),
         'class %s dev %s parent %s classid %s htb rate %dbit %s prio 1 quantum %d' % (
-            verb, intf, HTB_PARENT, HTB_DATA, data, common, HTB_QUANTUM),
+            verb, intf, HTB_PARENT, HTB_DATA, data, common, quantum_bytes),
     ]
 
 
@@ -645,7 +648,8 @@ def setup_priority_htb(intf: str, rate_bps: int, *, netns: str | None = None,
 
 def setup_priority_htb_many(intfs: Iterable[str], rate_bps: int, *,
                             netns: str | None = None,
-                            burst_bytes: int = HTB_BURST_BYTES) -> int:
+                            burst_bytes: int = HTB_BURST_BYTES,
+                            quantum_bytes: int = HTB_QUANTUM) -> int:
     """setup_priority_htb on many interfaces with two tc processes: whatever root qdisc
     they had goes first (TCLink's HTB has handle 5: too, and HTB cannot be changed into
     another HTB in place), then the priority layout is added."""
@@ -654,15 +658,17 @@ def setup_priority_htb_many(intfs: Iterable[str], rate_bps: int, *,
     _tc_batch(netns, ['qdisc del dev %s root' % intf for intf in intfs], force=True)
     _tc_batch(netns, [line for intf in intfs for line in (
         'qdisc add dev %s root handle %s htb default %s' % (intf, HTB_ROOT, minor),
-        *_htb_class_commands('add', intf, rate_bps, burst_bytes))])
+        *_htb_class_commands('add', intf, rate_bps, burst_bytes, quantum_bytes))])
     return CONTROL_PRIORITY
 
 
 def set_priority_htb_rate(intf: str, rate_bps: int, *, netns: str | None = None,
-                          burst_bytes: int = HTB_BURST_BYTES) -> None:
+                          burst_bytes: int = HTB_BURST_BYTES,
+                          quantum_bytes: int = HTB_QUANTUM) -> None:
     """Change all three classes to a new link rate (class 5:1 alone would leave the
     control class's own rate above the link)."""
-    _tc_batch(netns, _htb_class_commands('change', intf, rate_bps, burst_bytes))
+    _tc_batch(netns, _htb_class_commands('change', intf, rate_bps, burst_bytes,
+                                         quantum_bytes))
 
 
 def remove_priority_htb(intf: str, *, netns: str | None = None) -> None:

@@ -2,10 +2,12 @@
 
 ``fattree,k=4,planes=2`` or ``leafspine,leaves=4,spines=4,hosts=2,planes=4``;
 an optional ``bw=<Mbit/s>`` shapes every link, ``delay=<ms>`` adds netem
-delay and ``ecn=1`` RED/ECN marking. On a shaped fabric the switch ports
-mark CE and trim (`testbed.fabric.signals`): ``mark=0`` / ``trim=0`` turn
-either off, ``mark_kb=`` / ``trim_kb=`` set their thresholds, ``mark_last=1``
-marks the last hop into a host too (a RoCE fabric, for DCQCN). Whether this
+delay, ``ecn=1`` RED/ECN marking and ``mtu=<bytes>`` sets every link's MTU
+(1,500 unless given; ``mtu=4096`` carries the hardware's 4 KB packets). On
+a shaped fabric the switch ports mark CE and trim
+(`testbed.fabric.signals`): ``mark=0`` / ``trim=0`` turn either off,
+``mark_kb=`` / ``trim_kb=`` set their thresholds, ``mark_last=1`` marks the
+last hop into a host too (a RoCE fabric, for DCQCN). Whether this
 kernel can apply them is decided when a fabric is built
 (`testbed.fabric.link_options`, `FabricNet`), not here: parsing stays free
 of side effects and of root.

@@ -27,7 +27,7 @@ from testbed.nic.hardware_profile import EmulatedTime, HardwareProfile, emulate
 from testbed.nic.qp_profile import QpProfile
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.transport_config import DEFAULT_CC, TransportConfig
-from testbed.nic.wire import max_payload
+from testbed.nic.wire import IMMDT_LEN, max_payload
 
 # Every endpoint timer in base RTTs of the fabric it runs on. The multiples
 # were tuned on the default scenario's fabric (TUNED_RTT_S, 18 ms), where
@@ -58,31 +58,42 @@ ACTIVE_EVS = 32        # hardware keeps 128-256 EVs against a BDP of hundreds of
                        # the dead EVs were then found one timeout at a time
 PROCESSING_RTT_S = 0.01  # Python endpoints and the userspace datapath add
                          # milliseconds to every RTT even on an idle fabric
-MTU = 1500
-DATA_PAYLOAD_BYTES = max_payload(MTU)   # 1,368 bytes in a full MRC packet
-DATA_FRAME_BYTES = 1510  # that packet on the wire
+MTU = 1500               # a fabric's link MTU unless its spec says mtu= (IPv6 packet bytes)
+ETHERNET_HEADER_LEN = 14
 SACK_FRAME_BYTES = 158   # a SACK with its timestamp echo on the wire
 
 
-def base_rtt_s(link_rate_bps: float | None, path_links: int) -> float:
+def data_frame_bytes(mtu: int = MTU) -> int:
+    """A full MRC data packet on the wire of a link of `mtu`: the packet
+    fills the MTU but for the ImmDt that only a WRITE's last packet carries
+    (`max_payload` counts it so that every packet carries the same payload)."""
+    return ETHERNET_HEADER_LEN + mtu - IMMDT_LEN
+
+
+DATA_PAYLOAD_BYTES = max_payload(MTU)      # 1,368 bytes in a full MRC packet
+DATA_FRAME_BYTES = data_frame_bytes(MTU)   # 1,510: that packet on the wire
+
+
+def base_rtt_s(link_rate_bps: float | None, path_links: int,
+               mtu: int = MTU) -> float:
     """NSCC's base RTT as UEC defines it: one full packet on the longest
     path, and its SACK back. On shaped links each hop stores and forwards
     the whole frame, so at 3 Mbit/s a fat-tree path (6 links) adds 27 ms
-    to the emulator's own 10 ms."""
+    to the emulator's own 10 ms (at the 1,500-byte MTU)."""
     if not link_rate_bps:
         return PROCESSING_RTT_S
     return PROCESSING_RTT_S + path_links * (
-        DATA_FRAME_BYTES + SACK_FRAME_BYTES) * 8 / link_rate_bps
+        data_frame_bytes(mtu) + SACK_FRAME_BYTES) * 8 / link_rate_bps
 
 
 def qp_reach(transport: str, port_rate_bps: float, planes: int,
-             path_links: int) -> tuple[float, float]:
+             path_links: int, mtu: int = MTU) -> tuple[float, float]:
     """(the rate one QP can reach, the fabric's base RTT): what NSCC is
     sized on. MRC sprays over every plane's NIC port; a pinned QP (RC,
     ECMP) has one, and sized for all of them its window would be `planes`
     times what its one path carries, all of it queued."""
     ports = planes if transport == 'mrc' else 1
-    return port_rate_bps * ports, base_rtt_s(port_rate_bps, path_links)
+    return port_rate_bps * ports, base_rtt_s(port_rate_bps, path_links, mtu)
 
 
 @dataclass(frozen=True)
@@ -101,47 +112,50 @@ def fabric_qp_profile(transport: str, link_rate_bps: float | None,
                       planes: int, path_links: int,
                       signals: CongestionSignals = NO_SIGNALS,
                       cc: str | None = None,
-                      base_rtt_override_s: float | None = None) -> QpProfile:
+                      base_rtt_override_s: float | None = None,
+                      mtu: int = MTU) -> QpProfile:
     """The profile of a `transport` QP on a fabric shaped to `link_rate_bps`
     (None: unshaped, no congestion control) with `planes` planes and
-    `path_links` links on its longest path, running congestion control `cc`
-    (a registered algorithm; None: the transport's DEFAULT_CC).
+    `path_links` links on its longest path, links of `mtu` bytes, running
+    congestion control `cc` (a registered algorithm; None: the transport's
+    DEFAULT_CC).
     `base_rtt_override_s`: the fabric's base RTT where a hardware profile
     sets it (delay stage included, `hardware_profile.EmulatedTime`)."""
     retry = RC_RETRY if transport == 'rc' else RETRY
     if not link_rate_bps:
-        return replace(emulated_qp_profile(), retry=retry)
-    rate, rtt = qp_reach(transport, link_rate_bps, planes, path_links)
+        return replace(emulated_qp_profile(mtu=mtu), retry=retry)
+    rate, rtt = qp_reach(transport, link_rate_bps, planes, path_links, mtu)
     profile = emulated_qp_profile(rate, base_rtt_override_s or rtt,
                                   signals=signals,
-                                  cc=cc or DEFAULT_CC[transport])
+                                  cc=cc or DEFAULT_CC[transport], mtu=mtu)
     config = profile.transport_config
     # A coalesced SACK waits at most as long as the packets it waits for
     # take at the port's rate; the hardware's 50 us is a twentieth of one
     # packet time here, so every SACK would leave alone.
     return replace(profile, retry=retry, transport_config=replace(
-        config, ack_delay_s=config.ack_every * packet_time_s(link_rate_bps)))
+        config, ack_delay_s=config.ack_every * packet_time_s(link_rate_bps, mtu)))
 
 
 def fabric_time(profile: HardwareProfile, link_rate_bps: float,
-                measured_rtt_s: float) -> EmulatedTime:
-    """How a fabric shaped to `link_rate_bps`, whose idle base RTT was
-    measured at `measured_rtt_s`, stands for `profile`."""
-    return emulate(profile, packet_time_s(link_rate_bps), measured_rtt_s)
+                measured_rtt_s: float, mtu: int = MTU) -> EmulatedTime:
+    """How a fabric shaped to `link_rate_bps` with links of `mtu` bytes,
+    whose idle base RTT was measured at `measured_rtt_s`, stands for
+    `profile`."""
+    return emulate(profile, packet_time_s(link_rate_bps, mtu), measured_rtt_s, mtu)
 
 
-def packet_time_s(link_rate_bps: float) -> float:
-    """One full MRC data packet's time on a link."""
-    return DATA_FRAME_BYTES * 8 / link_rate_bps
+def packet_time_s(link_rate_bps: float, mtu: int = MTU) -> float:
+    """One full MRC data packet's time on a link of `mtu` bytes."""
+    return data_frame_bytes(mtu) * 8 / link_rate_bps
 
 
 def nscc_target_s(link_rate_bps: float, path_links: int,
-                  trimming: bool) -> float:
+                  trimming: bool, mtu: int = MTU) -> float:
     """NSCC's target queueing delay on this fabric (UEC: a fraction of the
     base RTT), which the switch ports' thresholds are set from."""
     return NsccConfig.defaults(link_rate_bps, base_rtt_s(link_rate_bps,
-                                                          path_links),
-                               MTU, trimming).target_delay_s
+                                                          path_links, mtu),
+                               mtu, trimming).target_delay_s
 
 
 # The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
@@ -151,8 +165,10 @@ TUNED_RTT_S = base_rtt_s(10e6, 6)
 def emulated_qp_profile(link_rate_bps: float | None = None,
                         rtt_s: float = PROCESSING_RTT_S,
                         signals: CongestionSignals = NO_SIGNALS,
-                        cc: str = NSCC_ALGORITHM) -> QpProfile:
-    """The QP profile for a fabric whose base RTT is `rtt_s` (`base_rtt_s`).
+                        cc: str = NSCC_ALGORITHM,
+                        mtu: int = MTU) -> QpProfile:
+    """The QP profile for a fabric whose base RTT is `rtt_s` (`base_rtt_s`)
+    and whose links carry `mtu`-byte packets.
 
     With `link_rate_bps` (what the QP can reach, `qp_reach`) congestion
     control `cc` (NSCC unless told) keeps the shaped links' queues short,
@@ -169,13 +185,14 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
     rtt = max(rtt_s, TUNED_RTT_S)
     packet_timeout = PACKET_TIMEOUT_RTTS * rtt
     cc_profile = CcProfile() if link_rate_bps is None else \
-        CcProfile.for_fabric(cc, link_rate_bps, rtt_s, MTU, signals.trimming,
+        CcProfile.for_fabric(cc, link_rate_bps, rtt_s, mtu, signals.trimming,
                              ack_timeout_s=packet_timeout)
     skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_RTTS * rtt
     return replace(
         QpProfile(),
         cc_profile=cc_profile,
         transport_config=TransportConfig(
+            mtu=mtu,
             skip_queueing_target_s=skip_target,
             packet_timeout_s=packet_timeout,
             probe_timeout_s=PROBE_TIMEOUT_RTTS * rtt),

@@ -54,6 +54,8 @@ class EmulatedTime:
     profile: HardwareProfile
     base_rtt_s: float        # emulated, with the delay stage
     structural_rtt_s: float  # what the shaped links and endpoints give alone
+    link_mtu: int = 1500     # the emulated links' (the profile's, unless the
+                             # topology named another)
 
     @property
     def rx_delay_s(self) -> float:
@@ -79,16 +81,17 @@ class EmulatedTime:
                 'base_rtt_ms': round(self.base_rtt_s * 1e3, 2),
                 'structural_rtt_ms': round(self.structural_rtt_s * 1e3, 2),
                 'rx_delay_ms': round(self.rx_delay_s * 1e3, 2),
-                'dilation': round(self.dilation)}
+                'dilation': round(self.dilation),
+                'mtu': self.profile.mtu, 'link_mtu': self.link_mtu}
 
 
 def emulate(profile: HardwareProfile, packet_s: float,
-            structural_rtt_s: float) -> EmulatedTime:
+            structural_rtt_s: float, link_mtu: int = 1500) -> EmulatedTime:
     """The emulated base RTT that holds the profile's BDP in packets of
-    `packet_s` (one full packet's time on an emulated link). Where the
-    structure alone is already slower, nothing is added: that fabric
-    keeps more packets in flight than the profile, and says so in
-    `describe()` (rx_delay_ms 0)."""
+    `packet_s` (one full packet's time on an emulated link of `link_mtu`
+    bytes). Where the structure alone is already slower, nothing is added:
+    that fabric keeps more packets in flight than the profile, and says so
+    in `describe()` (rx_delay_ms 0)."""
     wanted = profile.bdp_packets * packet_s
     return EmulatedTime(profile, max(wanted, structural_rtt_s),
-                        structural_rtt_s)
+                        structural_rtt_s, link_mtu)

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from testbed.nic.emulated_timescale import DATA_FRAME_BYTES
+from testbed.nic.emulated_timescale import MTU, packet_time_s
 from testbed.nic.endpoint import Endpoint
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.port_events import PortWatch
@@ -180,6 +180,7 @@ class SocketRuntime:
                  tap: Callable[[float, Nic, Outgoing], None] | None = None,
                  port_rate_bps: float | None = None,
                  rx_delay_s: float = 0.0,
+                 mtu: int = MTU,
                  rx_tap: Callable[[float, Nic, bytes, int, int, str, bool], None]
                  | None = None) -> None:
         """`rx_delay_s`: the delay stage (`hardware_profile`): every packet
@@ -192,7 +193,7 @@ class SocketRuntime:
         `port_rate_bps`: the NIC ports' line rate. With it, a port takes a
         data packet only when what it already holds leaves within a few
         packet times (HEADROOM_PACKETS, at least MIN_HEADROOM_S), as a NIC
-        transmits at its line rate: the packets a QP
+        transmits at its line rate (packets of the links' `mtu`): the packets a QP
         may send wait in the NIC, not in the kernel's queue, where they would
         count as in flight and read as network queueing (NSCC's delay)."""
         self.book = book
@@ -205,7 +206,7 @@ class SocketRuntime:
         self.port_rate_bps = port_rate_bps
         self.rx_delay_s = rx_delay_s
         if port_rate_bps:
-            packet_s = DATA_FRAME_BYTES * 8 / port_rate_bps
+            packet_s = packet_time_s(port_rate_bps, mtu)
             self._headroom_s = max(HEADROOM_PACKETS * packet_s, MIN_HEADROOM_S)
             self._packet_s = packet_s
         # poll, not select: a long-lived process may hold descriptors

@@ -119,7 +119,8 @@ class Transfers:
         plan = self.fab.plan
         profile = fabric_qp_profile(transport, self.fab.link_rate_bps,
                                     len(plan.planes), plan.longest_path_links,
-                                    self.fab.congestion_signals).to_json()
+                                    self.fab.congestion_signals,
+                                    mtu=self.fab.mtu).to_json()
         qa = a.call(cmd='create_qp', transport=transport, profile=profile)
         qb = b.call(cmd='create_qp', transport=transport, profile=profile)
         a.call(cmd='connect', qpn=qa['qpn'], remote=qb['info'],

@@ -24,7 +24,7 @@ if '__file__' not in globals():
 from mininet.topo import Topo  # noqa: E402 (after the path fix above)
 
 from testbed.topologies import stock_mn  # noqa: E402
-from testbed.topologies.link_params import tc_link_params  # noqa: E402
+from testbed.topologies.link_params import check_mtu, tc_link_params  # noqa: E402
 
 TIER_CODE = {'edge': 1, 'agg': 2, 'core': 3}
 
@@ -32,12 +32,12 @@ TIER_CODE = {'edge': 1, 'agg': 2, 'core': 3}
 class MultiPlaneFatTree(Topo):
     """k-ary fat-tree (k even, >= 4) replicated over `planes` planes (1-8);
     k**3/4 hosts. `bw` (Mbit/s) shapes every link with HTB when given,
-    `delay` (ms) adds netem delay and `ecn=1` RED/ECN marking (see
-    tc_link_params)."""
+    `delay` (ms) adds netem delay, `ecn=1` RED/ECN marking and `mtu`
+    (bytes) sizes every link (see tc_link_params)."""
 
     def build(self, k=4, planes=1, bw=None, delay=None, ecn=None, mark=None,
               trim=None, mark_kb=None, trim_kb=None,
-              mark_last=None):
+              mark_last=None, mtu=None):
         # mark, trim, mark_kb, trim_kb, mark_last: the switch ports' congestion signals,
         # which mrc-testbed's FabricNet applies (stock mn ignores them).
         k, planes = int(k), int(planes)
@@ -46,7 +46,7 @@ class MultiPlaneFatTree(Topo):
         if not 1 <= planes <= 8:
             raise ValueError('fattree: planes must be 1..8, got %d' % planes)
         half = k // 2
-        link = tc_link_params(bw, delay, ecn)
+        link = tc_link_params(bw, delay, ecn, check_mtu('fattree', mtu))
         hosts = [self.addHost('h%d' % (n + 1)) for n in range(k ** 3 // 4)]
         for p in range(1, planes + 1):
             core = [self.sw('p%dc%d' % (p, c), p, 'core', c)

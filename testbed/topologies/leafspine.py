@@ -25,7 +25,7 @@ if '__file__' not in globals():
 from mininet.topo import Topo  # noqa: E402 (after the path fix above)
 
 from testbed.topologies import stock_mn  # noqa: E402
-from testbed.topologies.link_params import tc_link_params  # noqa: E402
+from testbed.topologies.link_params import check_mtu, tc_link_params  # noqa: E402
 
 TIER_CODE = {'leaf': 1, 'spine': 2}
 
@@ -33,12 +33,13 @@ TIER_CODE = {'leaf': 1, 'spine': 2}
 class MultiPlaneLeafSpine(Topo):
     """`planes` (1-8) planes of `leaves` x `spines`; leaves*hosts hosts.
     `bw` (Mbit/s) shapes every link with HTB when given, `delay` (ms)
-    adds netem delay and `ecn=1` RED/ECN marking (see tc_link_params)."""
+    adds netem delay, `ecn=1` RED/ECN marking and `mtu` (bytes) sizes
+    every link (see tc_link_params)."""
 
     def build(self, leaves=4, spines=4, hosts=2, planes=1, bw=None,
               delay=None, ecn=None, mark=None, trim=None, mark_kb=None,
               trim_kb=None,
-              mark_last=None):
+              mark_last=None, mtu=None):
         # mark, trim, mark_kb, trim_kb, mark_last: the switch ports' congestion signals,
         # which mrc-testbed's FabricNet applies (stock mn ignores them).
         leaves, spines, hosts, planes = (int(leaves), int(spines),
@@ -48,7 +49,7 @@ class MultiPlaneLeafSpine(Topo):
                              '>= 1, got %d, %d, %d' % (leaves, spines, hosts))
         if not 1 <= planes <= 8:
             raise ValueError('leafspine: planes must be 1..8, got %d' % planes)
-        link = tc_link_params(bw, delay, ecn)
+        link = tc_link_params(bw, delay, ecn, check_mtu('leafspine', mtu))
         nodes = [self.addHost('h%d' % (n + 1)) for n in range(leaves * hosts)]
         for p in range(1, planes + 1):
             tops = [self.sw('p%ds%d' % (p, s), p, 'spine', s)

@@ -1,12 +1,43 @@
-"""The link options every topology offers (bw, delay, ecn)."""
-from mininet.link import TCLink
+"""The link options every topology offers (bw, delay, ecn, mtu)."""
+from mininet.link import TCIntf, TCLink
+
+MIN_MTU, MAX_MTU = 1280, 9000     # IPv6's minimum; the largest jumbo frame veths take
 
 
-def tc_link_params(bw=None, delay=None, ecn=None):
+class SizedIntf(TCIntf):
+    """A TCLink end that also takes `mtu=`, set before any switch adds
+    the port, so that OVS sizes its receive buffers from it."""
+
+    def config(self, mtu=None, **params):
+        result = TCIntf.config(self, **params)
+        if mtu:
+            self.cmd('ip link set dev', self, 'mtu', int(mtu))
+        return result
+
+
+class SizedLink(TCLink):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault('cls1', SizedIntf)
+        kwargs.setdefault('cls2', SizedIntf)
+        TCLink.__init__(self, *args, **kwargs)
+
+
+def check_mtu(topology, mtu):
+    """`mtu` as an int, refused outside MIN_MTU..MAX_MTU; None stays None."""
+    if mtu is None:
+        return None
+    if not MIN_MTU <= int(mtu) <= MAX_MTU:
+        raise ValueError('%s: mtu must be %d..%d bytes, got %s'
+                         % (topology, MIN_MTU, MAX_MTU, mtu))
+    return int(mtu)
+
+
+def tc_link_params(bw=None, delay=None, ecn=None, mtu=None):
     """TCLink options for every link, or {} for plain veths: HTB at `bw`
-    Mbit/s, netem `delay` ms one way (each end delays what it sends), and
-    with `ecn=1` RED marking ECN-capable packets. TCLink hangs RED under the
-    HTB class, so ecn takes effect only together with bw."""
+    Mbit/s, netem `delay` ms one way (each end delays what it sends), with
+    `ecn=1` RED marking ECN-capable packets, and `mtu` bytes on both ends
+    (the IPv6 packet; unset: the kernel's 1,500). TCLink hangs RED under
+    the HTB class, so ecn takes effect only together with bw."""
     params = {}
     if bw:
         params['bw'] = float(bw)
@@ -14,4 +45,6 @@ def tc_link_params(bw=None, delay=None, ecn=None):
         params['delay'] = '%gms' % float(delay)
     if ecn:
         params['enable_ecn'] = True
-    return dict(params, cls=TCLink) if params else {}
+    if mtu:
+        params['mtu'] = int(mtu)
+    return dict(params, cls=SizedLink) if params else {}

@@ -85,11 +85,12 @@ class EndpointFlows:
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
         self.runtime = SocketRuntime(
             self.book, tap=self._count, port_rate_bps=fab.link_rate_bps,
-            rx_delay_s=timescale.rx_delay_s if timescale else 0.0)
+            rx_delay_s=timescale.rx_delay_s if timescale else 0.0, mtu=fab.mtu)
         self.profile = fabric_qp_profile(
             transport, fab.link_rate_bps, len(plan.planes),
             plan.longest_path_links, fab.congestion_signals, cc,
-            base_rtt_override_s=timescale.base_rtt_s if timescale else None)
+            base_rtt_override_s=timescale.base_rtt_s if timescale else None,
+            mtu=fab.mtu)
         self.endpoints: dict[str, Endpoint] = {}
         self.connections: dict[tuple[str, str], Connection] = {}
         self.flows: dict[int, EndpointFlow] = {}

@@ -194,13 +194,13 @@ class TransportRunner:
         (and the fabric's own base RTT) without a profile, or for a
         transport that cannot apply one."""
         rate, links = fab.link_rate_bps, fab.plan.longest_path_links
-        self.run.base_rtt_s = base_rtt_s(rate, links)
+        self.run.base_rtt_s = base_rtt_s(rate, links, fab.mtu)
         if not self.sc.hardware or not rate:
             return None
         if fab.measured_base_rtt_s is None:     # once per fabric, idle
             fab.measured_base_rtt_s = measure_base_rtt(fab)
         timescale = fabric_time(HARDWARE_PROFILES[self.sc.hardware], rate,
-                                fab.measured_base_rtt_s)
+                                fab.measured_base_rtt_s, fab.mtu)
         applied = transport(self.run.transport).family == 'endpoint'
         self.run.timescale = dict(timescale.describe(), applied=applied)
         if not applied:

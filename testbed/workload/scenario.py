@@ -121,7 +121,8 @@ def _scenario(data: Any, base_dir: Path, source: str,
     data = _mapping(data, '', REQUIRED_KEYS, OPTIONAL_KEYS,
                     what='a scenario (a mapping of keys)')
     name = _name(data['name'])
-    topology = _topology(data['topology'])
+    hardware = _hardware(data.get('hardware'))
+    topology = sized_for(_topology(data['topology']), hardware)
     fabric = fabric_of(topology)
     duration = _number(data['duration_s'], 'duration_s', above=0)
     return Scenario(
@@ -143,7 +144,7 @@ def _scenario(data: Any, base_dir: Path, source: str,
         repetitions=_integer(data.get('repetitions', 1), 'repetitions',
                              least=1),
         capture=_capture(data.get('capture'), fabric),
-        hardware=_hardware(data.get('hardware')),
+        hardware=hardware,
         source_path=source, source_text=source_text)
 
 
@@ -463,6 +464,16 @@ _FAULT_CHECKS: dict[str, Callable[..., Any]] = {
     'plane': _fault_plane,
     'host': lambda v, w, f: _host(v, w, f),
 }
+
+
+def sized_for(topology: str, hardware: str | None) -> str:
+    """Under a hardware profile the links carry its packets: its MTU goes
+    into the topology, unless the file names one there."""
+    spec = parse_topo_spec(topology)
+    if hardware is None or 'mtu' in spec.kwargs():
+        return topology
+    return str(parse_topo_spec('%s,mtu=%d' % (topology,
+                                              HARDWARE_PROFILES[hardware].mtu)))
 
 
 def _hardware(value: Any) -> str | None:

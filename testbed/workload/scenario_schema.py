@@ -65,8 +65,9 @@ KEY_SCHEMAS: dict[str, dict] = {
                             'description': 'the routed mode: port-status to '
                             'repaired ECMP groups'},
     'hardware': {'enum': [*HARDWARE_PROFILES, 'none'],
-                 'description': 'the hardware the fabric stands for: packets '
-                 'in flight and timers scaled to it (docs/timescale.md)'},
+                 'description': 'the hardware the fabric stands for: its MTU on '
+                 'the links (unless the topology names mtu=), packets in '
+                 'flight and timers scaled to it (docs/timescale.md)'},
     'capture': {'type': 'object', 'additionalProperties': False,
                 'minProperties': 1,
                 'properties': {

@@ -7,7 +7,10 @@ from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
 from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES, MPR_UNITS,
                                             PROCESSING_RTT_S, RETRY, base_rtt_s,
-                                            emulated_qp_profile, qp_reach)
+                                            data_frame_bytes, emulated_qp_profile,
+                                            fabric_qp_profile, packet_time_s,
+                                            qp_reach)
+from testbed.nic.wire import max_payload
 from testbed.nic.qp_profile import QpProfile
 
 
@@ -70,3 +73,21 @@ def test_the_emulated_profile_is_the_defaults_with_the_emulator_s_values():
                              timeout_s=None, retry=QpProfile().retry)
     assert same_elsewhere == QpProfile()
     assert (profile.mpr, profile.mpr_dest, profile.retry) == (MPR_UNITS, MPR_UNITS, RETRY)
+
+
+def test_the_links_mtu_sizes_packets_their_time_and_the_base_rtt():
+    # A mid-WRITE packet fills the MTU but for the ImmDt (4 bytes), plus
+    # Ethernet's 14: 1,510 bytes on the wire at 1,500.
+    assert data_frame_bytes(1500) == DATA_FRAME_BYTES == 1510
+    assert data_frame_bytes(4096) == 4106
+    assert packet_time_s(10e6, 4096) == pytest.approx(4106 * 8 / 10e6)
+    # Each of the 6 hops stores and forwards the larger frame.
+    assert base_rtt_s(10e6, 6, 4096) - base_rtt_s(10e6, 6) == pytest.approx(
+        6 * (4106 - 1510) * 8 / 10e6)
+    profile = fabric_qp_profile('mrc', 10e6, 2, 6, mtu=4096)
+    assert profile.transport_config.mtu == 4096
+    assert profile.cc_profile.config.mtu == 4096
+    assert max_payload(profile.transport_config.mtu) == 3964
+    # The SACK coalescing delay is the packets' time at the new size.
+    config = profile.transport_config
+    assert config.ack_delay_s == pytest.approx(config.ack_every * packet_time_s(10e6, 4096))

@@ -2,7 +2,6 @@
 choice, without root and without probing this machine."""
 
 import pytest
-from mininet.link import TCLink
 
 from testbed.fabric import link_options
 from testbed.fabric.link_options import (FeatureMissing, LinkFeatures,
@@ -10,6 +9,7 @@ from testbed.fabric.link_options import (FeatureMissing, LinkFeatures,
                                          resolve, tclink_kwargs)
 from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
 from testbed.topologies import fattree, leafspine
+from testbed.topologies.link_params import SizedLink
 
 FULL = LinkFeatures(netem=True, red_ecn=True)
 BARE = LinkFeatures(netem=False, red_ecn=False)   # like the development box
@@ -18,13 +18,19 @@ STRUCTURAL = {'node1', 'node2', 'port1', 'port2', 'intfName1'}
 
 def test_bandwidth_alone_needs_no_optional_qdisc():
     request = LinkRequest(bw_mbit=10)
-    assert tclink_kwargs(request, BARE) == {'cls': TCLink, 'bw': 10.0}
+    assert tclink_kwargs(request, BARE) == {'cls': SizedLink, 'bw': 10.0}
     assert tclink_kwargs(LinkRequest(), BARE) == {}
+
+
+def test_an_mtu_alone_sizes_the_links_without_shaping_them():
+    assert tclink_kwargs(LinkRequest(mtu=4096), BARE) == {'cls': SizedLink,
+                                                          'mtu': 4096}
+    assert resolve({'k': 4, 'mtu': 4096}) == {'cls': SizedLink, 'mtu': 4096}
 
 
 def test_delay_with_netem_goes_to_tclink():
     kwargs = tclink_kwargs(LinkRequest(bw_mbit=10, delay_ms=2.5), FULL)
-    assert kwargs == {'cls': TCLink, 'bw': 10.0, 'delay': '2.5ms'}
+    assert kwargs == {'cls': SizedLink, 'bw': 10.0, 'delay': '2.5ms'}
 
 
 def test_delay_without_netem_is_refused_naming_the_feature():
@@ -37,7 +43,7 @@ def test_delay_without_netem_is_refused_naming_the_feature():
 def test_ecn_with_red_goes_to_tclink():
     kwargs = tclink_kwargs(LinkRequest(bw_mbit=20, ecn=True),
                            LinkFeatures(netem=False, red_ecn=True))
-    assert kwargs == {'cls': TCLink, 'bw': 20.0, 'enable_ecn': True}
+    assert kwargs == {'cls': SizedLink, 'bw': 20.0, 'enable_ecn': True}
 
 
 def test_ecn_without_red_is_refused_naming_the_feature():
@@ -63,7 +69,7 @@ def test_resolve_probes_only_when_a_qdisc_is_asked_for(monkeypatch):
     def no_probe():
         raise AssertionError('probed the kernel for plain HTB links')
     monkeypatch.setattr(LinkFeatures, 'detect', staticmethod(no_probe))
-    assert resolve({'k': 4, 'bw': 10.0}) == {'cls': TCLink, 'bw': 10.0}
+    assert resolve({'k': 4, 'bw': 10.0}) == {'cls': SizedLink, 'bw': 10.0}
     monkeypatch.setattr(LinkFeatures, 'detect', staticmethod(lambda: BARE))
     with pytest.raises(FeatureMissing):
         resolve({'k': 4, 'delay': 1.0})

@@ -14,7 +14,8 @@ from testbed.workload.scenario import (
     WORKLOAD_TYPES, ScenarioError,
     load_scenario, parse_scenario)
 from testbed.fabric.faults.catalogue import FAULT_KINDS, markdown_table
-from testbed.nic.emulated_timescale import DATA_FRAME_BYTES
+from testbed.nic.emulated_timescale import MTU, data_frame_bytes
+from testbed.nic.hardware_profile import PAPER_FABRIC
 from testbed.workload.emulation_health import FAITHFUL_DATA_PACKET_HOPS_S
 from testbed.workload.model import Fault, Scenario
 from testbed.workload.workloads import build_workload
@@ -92,8 +93,18 @@ def offered_data_packet_hops_s(scenario: Scenario) -> float:
     for f in workload.flows:
         longest = max(len(p.switches) for p in plan.all_paths(f.src, f.dst))
         hops[f.src] = max(hops.get(f.src, 0), longest)
-    per_port = scenario.link_rate_mbit * 1e6 / (DATA_FRAME_BYTES * 8)
+    mtu = int(scenario.topo_spec.kwargs().get('mtu', MTU))
+    per_port = scenario.link_rate_mbit * 1e6 / (data_frame_bytes(mtu) * 8)
     return sum(len(plan.planes) * per_port * n for n in hops.values())
+
+
+def test_a_hardware_profile_sizes_the_links_to_its_mtu():
+    sized = parse_scenario(base(hardware=PAPER_FABRIC.name), ROOT)
+    assert sized.topo_spec.kwargs()['mtu'] == PAPER_FABRIC.mtu == 4096
+    named = parse_scenario(base(hardware=PAPER_FABRIC.name,
+                                topology='fattree,k=4,planes=2,mtu=1500'), ROOT)
+    assert named.topo_spec.kwargs()['mtu'] == 1500      # the file's choice stands
+    assert 'mtu' not in parse_scenario(base(), ROOT).topo_spec.kwargs()
 
 
 def test_the_budget_is_the_one_benchmarks_measured():

@@ -71,3 +71,16 @@ def test_a_signal_asked_for_where_it_cannot_run_is_refused():
     assert settings.on and lacking == []
     assert resolve(params('fattree,k=4,bw=10,mark=0,trim=0'), 6,
                    missing=lambda: ['x'])[1] == []
+
+
+def test_thresholds_scale_with_the_links_mtu():
+    # A 4 KB frame takes 2.7x as long on every hop: the base RTT (its
+    # hops' part; the emulator's own 10 ms stay), NSCC's target and so the
+    # queue at its target grow with it.
+    small = settings_from_spec(params('fattree,k=4,bw=10'), FAT_TREE_LINKS)
+    large = settings_from_spec(params('fattree,k=4,bw=10,mtu=4096'), FAT_TREE_LINKS)
+    assert (large.mark_bytes, large.trim_bytes) == default_thresholds(
+        10e6, FAT_TREE_LINKS, mtu=4096)
+    grown = base_rtt_s(10e6, FAT_TREE_LINKS, 4096) / base_rtt_s(10e6, FAT_TREE_LINKS)
+    assert large.mark_bytes / small.mark_bytes == pytest.approx(grown, rel=1e-3)
+    assert grown > 1.5

@@ -25,3 +25,12 @@ def test_bw_is_a_float():
 def test_refusals_name_the_problem(text, words):
     with pytest.raises(TopoSpecError, match=words):
         parse_topo_spec(text)
+
+
+def test_mtu_is_a_whole_number_of_bytes_within_what_links_take():
+    assert parse_topo_spec('fattree,k=4,mtu=4096').kwargs()['mtu'] == 4096
+    for bad in ('1279', '9001'):
+        with pytest.raises(TopoSpecError, match='mtu must be 1280..9000 bytes'):
+            parse_topo_spec('fattree,k=4,mtu=' + bad)
+    with pytest.raises(TopoSpecError, match='not a whole number'):
+        parse_topo_spec('leafspine,mtu=4k')
