@@ -12,7 +12,11 @@ read as a path failure [P1 §2.1: "When a packet is not trimmed but actually los
 the path has failed and immediately stops using the corresponding EV"]. A per-packet timeout demotes the EV to ASSUMED_BAD at once; a hole with
 `reorder_threshold` later PSNs SACKed is retransmitted at once, but may be mere reordering
 across paths, so it demotes its EV only after `inferred_losses_to_fail` such losses with no
-SACK reflecting the EV in between. Background probes resurrect demoted EVs [P1 §2.1]. A TRIMMED NACK
+SACK reflecting the EV in between. A retransmission is judged the same way by the order of
+transmissions (RACK's rule, RFC 8985: a packet is lost once packets sent after it arrived):
+`reorder_threshold` transmissions sent after it SACKed while it is not declare it lost again,
+so that a retransmission sprayed onto another dead EV before that EV was demoted is repaired
+within an RTT, not by its timer, which would hold the MPR window shut meanwhile. Background probes resurrect demoted EVs [P1 §2.1]. A TRIMMED NACK
 only SKIPs the EV [3P:expl]. The reorder threshold adapts upwards when echoed timestamps reveal a
 spurious retransmission.
 
@@ -140,6 +144,9 @@ class Requester:
         self._probe_queue: deque[Any] = deque()
         self._reorder_threshold = config.reorder_threshold
         self._loss_strikes: dict[int, int] = {}     # EV -> inferred losses since its last ACK
+        # Selective retransmissions not yet judged, with their transmission's tx_seq.
+        self._resent: list[tuple[SentPacket, int]] = []
+        self._delivered_tx_seq = 0    # the latest first transmission known to have arrived
         self.peer_received_bytes = 0
 
     # ------------------------------------------------------------------------- posting
@@ -263,6 +270,7 @@ class Requester:
                     break                     # only the failed EV, or busy ports: wait
                 continue
             self._transmit(now, record, route, True, out)
+            self._resent.append((record, record.tx_seq))
             sent += 1
         for index in blocked:
             heapq.heappush(heap, index)
@@ -406,8 +414,32 @@ class Requester:
                 record.fast_rtx_done = True
                 self._counters.fast_retransmits += 1
                 self._on_silent_loss(now, record, inferred=True)
+        if self._resent and newly:
+            self._judge_retransmissions(now, newly)
         if newly and self._incomplete and self._incomplete[0].done:
             self._complete(now)               # else nothing can complete yet
+
+    def _judge_retransmissions(self, now: float, newly: list[SentPacket]) -> None:
+        """Retransmissions still missing once `reorder_threshold` later transmissions
+        arrived are lost again (module doc). Only packets sent once are evidence: which
+        copy of a resent one arrived, the SACK does not say."""
+        delivered = self._delivered_tx_seq
+        for record in newly:
+            if record.tx_count == 1 and record.tx_seq > delivered:
+                delivered = record.tx_seq
+        self._delivered_tx_seq = delivered
+        limit = delivered - self._reorder_threshold
+        waiting: list[tuple[SentPacket, int]] = []
+        for entry in self._resent:
+            record, tx_seq = entry
+            if record.acked or record.rtx_pending or record.tx_seq != tx_seq:
+                continue                      # arrived, queued again, or sent again since
+            if tx_seq <= limit:
+                self._counters.fast_retransmits += 1
+                self._on_silent_loss(now, record, inferred=True)
+            else:
+                waiting.append(entry)
+        self._resent = waiting
 
     def _check_spurious(self, index: int, record: SentPacket, ts_echo: int) -> None:
         """The SACK names the copy that arrived: if it is an earlier copy of a packet already

@@ -55,7 +55,8 @@ class TransportConfig:
 
     Recovery (requester)
       reorder_threshold: a PSN is declared lost once a PSN this far above it was SACKed
-        (FACK-style duplicate threshold); at most one such fast retransmit per hole.
+        (FACK-style duplicate threshold), once per hole; a retransmission, once this many
+        packets sent after it were SACKed and it was not (RACK's rule, RFC 8985).
       max_reorder_threshold: the threshold adapts: when an echoed timestamp shows that the
         original of a fast-retransmitted packet arrived after all (a spurious retransmit),
         it grows to the reordering distance seen, up to this bound.

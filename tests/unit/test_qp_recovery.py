@@ -52,6 +52,33 @@ def test_reference_worked_example_psn_5_and_8_lost() -> None:
     assert [(wc.wr_id, wc.ok) for wc in pair.a.poll_cq()] == [(1, True)]
 
 
+def test_a_lost_retransmission_is_repaired_by_later_arrivals_not_its_timer() -> None:
+    """PSN 5 is lost, and so is its first retransmission (as on a second dead EV not yet
+    demoted): the packets sent after that retransmission arrive, which says it is lost
+    too (RACK's rule), and PSN 5 goes out a third time long before any packet timeout."""
+    pair = make_pair(psn_a=0, mr_size=1 << 20)
+    data = payload(600 * P)
+    pair.qa.post_write(data, 0, RKEY, wr_id=1)
+    # At a line rate, new packets keep leaving after the retransmission: their SACKs
+    # are the evidence (unpaced, the whole MPR window would be out before the first SACK).
+    loop = Loopback([pair.a, pair.b], delay_s=50e-6, rate_bps=1e9)
+    copies = {5: 0}
+
+    def lose_twice(now, src, out) -> bool:
+        if not is_data(out) or data_psn(out) != 5:
+            return False
+        copies[5] += 1
+        return copies[5] <= 2
+    loop.drop_if = lose_twice
+    trace = Trace().attach(loop)
+    loop.run(stop=done(pair.a))
+    assert [d.psn for d in trace.retransmissions()] == [5, 5]
+    assert pair.qa.counters.packet_timeouts == 0
+    assert pair.qa.counters.fast_retransmits == 2
+    assert pair.mr.buf[:len(data)] == data
+    assert [(wc.wr_id, wc.ok) for wc in pair.a.poll_cq()] == [(1, True)]
+
+
 def test_four_mib_write_imm_over_reordering_lossy_planes() -> None:
     pair = make_pair(mr_size=4 << 20)
     data = payload(4 << 20, seed=9)
