@@ -37,6 +37,7 @@ from testbed.bench.fabric_build import (measure as measure_build,  # noqa: E402
                                 vswitchd_pid)
 from testbed.bench.harness import (BenchContext, SectionResult, md_table,  # noqa: E402
                            run_trial, scenario)
+from testbed.fabric import ovs  # noqa: E402
 from testbed.fabric.features import ovs_datapath  # noqa: E402
 from testbed.fabric.net import FabricNet  # noqa: E402
 from testbed.fabric.netns import inside  # noqa: E402
@@ -61,8 +62,15 @@ MAX_READY_S = 90.0          # a bigger fabric is predicted, not built
 FIDELITY_TOPOLOGY = 'fattree,k=4,planes=2'
 # Unshaped (no bw=: plain veths); sender, receiver. The fat-tree is the
 # fidelity sweep's: the datapath's capacity depends on how many ports it has.
+# Each with `system` switch ports; the fat-tree again with AF_XDP ports,
+# where this OVS offers them (ovs.PORT_TYPES).
 CAPACITY_FABRICS = (('leafspine,leaves=2,spines=2,hosts=1,planes=1', 'h1', 'h2'),
                     (FIDELITY_TOPOLOGY, 'h1', 'h9'))
+AFXDP = 'afxdp-nonpmd'
+# A shaped fabric, to see whether the switch ports' qdiscs see what OVS
+# sends through each port type (ovs.PORT_TYPES' comment).
+BYPASS_FABRIC = ('leafspine,leaves=2,spines=2,hosts=1,planes=1,bw=10', 'h1', 'h2')
+BYPASS_PPS, BYPASS_S = 300, 1.0   # 3.6 Mbit/s: under the links' rate, nothing queued
 CAPACITY_RATES = (5_000, 10_000, 20_000, 40_000, 80_000, 160_000, None)
 CAPACITY_STEP_S = 2.0
 DRAIN_S = 0.3               # packets still queued in the fabric arrive
@@ -87,6 +95,7 @@ def run(ctx: BenchContext) -> SectionResult:
     builds, skipped = measure_builds(ctx)
     data = {'machine': machine_facts(), 'builds': builds, 'skipped': skipped,
             'capacity': measure_capacity(ctx),
+            'bypass': measure_qdisc_bypass(ctx),
             'endpoint': measure_endpoint(ctx),
             'fidelity': measure_fidelity(ctx)}
     return SectionResult(KEY, 'Scale of the emulator', markdown(ctx, data),
@@ -99,7 +108,7 @@ def markdown(ctx: BenchContext, data: dict) -> str:
     return '\n\n'.join([
         machine_text(data['machine']),
         builds_text(ctx, data['builds'], data['skipped'], data['machine']),
-        capacity_text(ctx, data['capacity']),
+        capacity_text(ctx, data['capacity'], data.get('bypass', [])),
         endpoint_text(data['endpoint']),
         fidelity_text(data['fidelity'], data['capacity'], data['endpoint'])])
 
@@ -352,17 +361,22 @@ def capacity_point(probe: Probe, rate: float | None, seconds: float) -> dict:
 
 
 def measure_capacity(ctx: BenchContext) -> list[dict]:
-    fabrics = CAPACITY_FABRICS[:1] if ctx.quick else CAPACITY_FABRICS
+    fabrics = [(*f, 'system') for f in CAPACITY_FABRICS]
+    if AFXDP in ovs.interface_types():
+        fabrics.append((*CAPACITY_FABRICS[-1], AFXDP))
     rates = (20_000,) if ctx.quick else CAPACITY_RATES
     seconds = 1.0 if ctx.quick else CAPACITY_STEP_S
-    return [capacity_of(ctx, spec, src, dst, rates, seconds)
-            for spec, src, dst in fabrics]
+    return [capacity_of(ctx, spec, src, dst, rates, seconds, port_type)
+            for spec, src, dst, port_type in (fabrics[:1] if ctx.quick else fabrics)]
 
 
 def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
-                rates: Sequence[int | None], seconds: float) -> dict:
+                rates: Sequence[int | None], seconds: float,
+                port_type: str = 'system') -> dict:
     points = []
     with FabricNet(parse_topo_spec(spec)) as fab, ExitStack() as stack:
+        if port_type != 'system':
+            ovs.set_port_type(fab.switch_ports, port_type)
         probe = open_probe(fab, src, dst, stack)
         threads = datapath_threads()
         plan = fab.plan
@@ -372,15 +386,89 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
         for rate in rates:
             point = capacity_point(probe, rate, seconds)
             points.append(point)
-            ctx.say(KEY, '%s: offered %s pkt/s, sent %.0f, delivered %.0f '
-                    '(%.1f%% lost), ovs-vswitchd %.0f%% of a core' % (
-                        spec, '%d' % rate if rate else 'max',
+            ctx.say(KEY, '%s, %s ports: offered %s pkt/s, sent %.0f, delivered '
+                    '%.0f (%.1f%% lost), ovs-vswitchd %.0f%% of a core' % (
+                        spec, port_type, '%d' % rate if rate else 'max',
                         point['sent_pps'], point['delivered_pps'],
                         100 * point['loss'], 100 * point['vswitchd_cpu']))
     return {'spec': spec, 'src': src, 'dst': dst, 'hops': probe.hops,
+            'port_type': port_type,
             'switches': len(plan.switches), 'ports': ports, 'seconds': seconds,
             'frame_bytes': PROBE_FRAME_BYTES, 'datapath_threads': threads,
             'points': points}
+
+
+def measure_qdisc_bypass(ctx: BenchContext) -> list[dict]:
+    """Per port type: packets the switch ports of a shaped fabric sent, and
+    how many of them their root qdisc (the HTB that shapes the link) saw."""
+    if ctx.quick or AFXDP not in ovs.interface_types():
+        return []
+    spec, src, dst = BYPASS_FABRIC
+    rows = []
+    for port_type in ('system', AFXDP):
+        with FabricNet(parse_topo_spec(spec)) as fab, ExitStack() as stack:
+            if port_type != 'system':
+                ovs.set_port_type(fab.switch_ports, port_type)
+            probe = open_probe(fab, src, dst, stack)
+            before = switch_port_counts(fab.switch_ports)
+            sent, _, _ = send_paced(probe, BYPASS_PPS, BYPASS_S)
+            time.sleep(DRAIN_S)
+            after = switch_port_counts(fab.switch_ports)
+        sent_by_ports, through_qdisc = (sum(after[p][i] - before[p][i] for p in after)
+                                        for i in (0, 1))
+        rows.append({'port_type': port_type, 'probe_packets': sent,
+                     'switch_port_tx': sent_by_ports, 'through_qdisc': through_qdisc})
+        ctx.say(KEY, '%s ports on %s: the switch ports sent %d packets, their '
+                'qdiscs saw %d' % (port_type, spec, sent_by_ports, through_qdisc))
+    return rows
+
+
+def switch_port_counts(ports: list[str]) -> dict[str, tuple[int, int]]:
+    """Port -> (packets it transmitted, packets its root qdisc sent)."""
+    out = subprocess.run(['tc', '-s', '-j', 'qdisc', 'show'], capture_output=True,
+                         text=True, check=True).stdout
+    qdisc = {q['dev']: q.get('packets', 0) for q in json.loads(out) if q.get('root')}
+    counts = {}
+    for port in ports:
+        with open('/sys/class/net/%s/statistics/tx_packets' % port) as f:
+            counts[port] = (int(f.read()), qdisc.get(port, 0))
+    return counts
+
+
+def afxdp_note(capacities: list[dict]) -> str:
+    """The same fabric with system and AF_XDP switch ports, side by side."""
+    pair = {port_type(c): c for c in capacities if c['spec'] == FIDELITY_TOPOLOGY}
+    if len(pair) < 2:
+        return ''
+    system, afxdp = pair['system'], pair[AFXDP]
+    clean = [lossless(c) for c in (system, afxdp)]
+    if None in clean:
+        return ''
+    low = [min(c['points'], key=lambda p: p['entered_pps']) for c in (system, afxdp)]
+    return (f"- `{FIDELITY_TOPOLOGY}` with `{AFXDP}` switch ports (AF_XDP in "
+            f"generic mode, polled by the same main thread) against `system` "
+            f"ones, side by side in this run: loss-free up to "
+            f"~{clean[1]['packet_hops_per_s']:,.0f} packet-hops/s against "
+            f"~{clean[0]['packet_hops_per_s']:,.0f} "
+            f"({clean[1]['packet_hops_per_s'] / clean[0]['packet_hops_per_s']:.1f}×), "
+            f"ovs-vswitchd at {low[1]['vswitchd_cpu']:.0%} of a core against "
+            f"{low[0]['vswitchd_cpu']:.0%} at {low[0]['entered_pps']:,.0f} pkt/s: "
+            f"an idle AF_XDP port costs a look at a ring in memory, an idle "
+            f"`system` port a system call on every turn of the loop.")
+
+
+def bypass_text(rows: list[dict]) -> str:
+    if not rows:
+        return ''
+    by_type = {r['port_type']: r for r in rows}
+    cells = ['%s ports: the switch ports sent %d packets and their qdiscs saw %d'
+             % (t, r['switch_port_tx'], r['through_qdisc']) for t, r in by_type.items()]
+    return (f"- Shaping needs the qdisc: on `{BYPASS_FABRIC[0]}` a {BYPASS_PPS} pkt/s "
+            f"probe for {BYPASS_S:g} s, {'; '.join(cells)}. AF_XDP transmits past "
+            f"the qdisc (and the tc egress hook of the switch-port program), so "
+            f"a shaped fabric keeps `system` ports until each link's queue sits "
+            f"somewhere OVS's AF_XDP transmit does not skip; the unshaped rows "
+            f"above are what AF_XDP would buy.")
 
 
 def peak(capacity: dict) -> dict:
@@ -392,12 +480,21 @@ def lossless(capacity: dict) -> dict | None:
     return max(fine, key=lambda p: p['packet_hops_per_s']) if fine else None
 
 
-def capacity_text(ctx: BenchContext, capacities: list[dict]) -> str:
+def port_type(c: dict) -> str:
+    return c.get('port_type', 'system')     # raw data of a run before port types
+
+
+def system_ports(capacities: list[dict]) -> list[dict]:
+    return [c for c in capacities if port_type(c) == 'system']
+
+
+def capacity_text(ctx: BenchContext, capacities: list[dict],
+                  bypass: list[dict]) -> str:
     table = md_table(
         ['fabric', 'offered', 'sender achieved', 'entered fabric',
          'delivered', 'lost', 'packet-hops/s', 'machine CPU', 'sender CPU',
          'ovs-vswitchd CPU', 'lost upcalls', 'health gate'],
-        [(f"{c['spec']} ({c['ports']} ports)",
+        [(f"{c['spec']} ({c['ports']} {port_type(c)} ports)",
           f"{p['offered_pps']:,} pkt/s" if p['offered_pps'] else 'flat out',
           f"{p['sent_pps']:,.0f}", f"{p['entered_pps']:,.0f}",
           f"{p['delivered_pps']:,.0f}", f"{p['loss']:.1%}",
@@ -410,7 +507,8 @@ def capacity_text(ctx: BenchContext, capacities: list[dict]) -> str:
     flat_out = [p['sent_pps'] for p in points if p['offered_pps'] is None]
     missed = [p for p in points if p['loss'] >= LOSSLESS and not p['flagged']]
     image = plot_capacity(ctx.images / 'bench_scale_capacity.png', capacities)
-    notes = [capacity_note(c) for c in capacities] + [
+    notes = [capacity_note(c) for c in capacities] + [afxdp_note(capacities),
+                                                        bypass_text(bypass)] + [
         f"- `ovs-appctl dpif-netdev/pmd-stats-show` lists the threads that "
         f"poll the datapath's ports: {threads}. Veth ports are `system` ports, "
         f"read through AF_PACKET sockets by the main thread, so one thread "
@@ -443,14 +541,15 @@ def capacity_text(ctx: BenchContext, capacities: list[dict]) -> str:
         f"{os.cpu_count()} cores busy; sender and ovs-vswitchd CPU are shares "
         f"of one core. *Health gate*: the verdict the emulator-health check "
         f"would give a trial with these counters.",
-        table, *notes,
+        table, *[note for note in notes if note],
         f"![fabric packet capacity]({ctx.link(image)})"])
 
 
 def capacity_note(c: dict) -> str:
     top, clean = peak(c), lossless(c)
     slowest = min(c['points'], key=lambda p: p['entered_pps'])
-    return (f"- `{c['spec']}` ({c['ports']} ports), {c['src']} → {c['dst']} "
+    return (f"- `{c['spec']}` ({c['ports']} {port_type(c)} ports), {c['src']} → "
+            f"{c['dst']} "
             f"over {c['hops']} switches: at most "
             f"~{top['packet_hops_per_s']:,.0f} packet-hops/s "
             f"({top['delivered_pps']:,.0f} pkt/s)" + (
@@ -468,7 +567,8 @@ def plot_capacity(path: Path, capacities: list[dict]) -> Path:
         points = sorted(c['points'], key=lambda p: p['entered_pps'])
         ax.plot([p['entered_pps'] for p in points],
                 [p['delivered_pps'] for p in points], 'o-',
-                label='%s, %d switch hops' % (c['spec'], c['hops']))
+                label='%s, %s ports, %d switch hops' % (c['spec'], port_type(c),
+                                                        c['hops']))
     ax.set_xlabel('packets/s entering the fabric (%d-byte frames)'
                   % PROBE_FRAME_BYTES)
     ax.set_ylabel('packets/s delivered')
@@ -629,7 +729,7 @@ def fidelity_text(rows: list[dict], capacities: list[dict],
           r['attempts'], 'trusted' if r['trusted'] else
           'rejected: ' + '; '.join(r['health']['reasons']))
          for r in rows])
-    fat_tree = [c for c in capacities if c['spec'] == FIDELITY_TOPOLOGY]
+    fat_tree = [c for c in system_ports(capacities) if c['spec'] == FIDELITY_TOPOLOGY]
     return '\n\n'.join([
         '### Where fidelity stops',
         COMMAND,
@@ -745,7 +845,7 @@ def contention(short: list[dict]) -> str:
 def bigger_machine_paragraph(capacities: list[dict], endpoint: dict,
                              rows: list[dict]) -> str:
     threads = ' and '.join(capacities[0]['datapath_threads']) or 'one thread'
-    by_ports = sorted(capacities, key=lambda c: c['ports'])
+    by_ports = sorted(system_ports(capacities), key=lambda c: c['ports'])
     trend = (f" Its ceiling also falls as the fabric grows: "
              f"~{peak(by_ports[0])['packet_hops_per_s']:,.0f} packet-hops/s "
              f"with {by_ports[0]['ports']} ports, "
@@ -761,9 +861,11 @@ def bigger_machine_paragraph(capacities: list[dict], endpoint: dict,
             f"the endpoint loop and the kernel (HTB shaping, SRv6 "
             f"decapsulation, the hosts' sockets) from taking turns on two "
             f"cores{contention(past_the_limit(rows))}. Going past one "
-            f"datapath thread would need ports that PMD threads poll (this OVS "
-            f"build offers `afxdp` interfaces; the userspace datapath runs one "
-            f"PMD thread per core of `pmd-cpu-mask`) — not tried here. The "
+            f"datapath thread would need ports that PMD threads poll (`afxdp` "
+            f"ports; the userspace datapath runs one PMD thread per core of "
+            f"`pmd-cpu-mask`, each polling flat out, which on 2 cores leaves "
+            f"none to the endpoints) — not tried here; the `{AFXDP}` rows "
+            f"above stay on the main thread. The "
             f"endpoint side does not scale with cores at all: one run is one "
             f"thread for all its hosts, ~{nscc['total_pps']:,.0f} "
             f"packets/s with NSCC on one core (measured above, before any "

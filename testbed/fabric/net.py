@@ -207,6 +207,11 @@ class FabricNet:
         return CongestionSignals(ecn=s.mark, trimming=s.trim) if s else \
             NO_SIGNALS
 
+    @property
+    def switch_ports(self) -> list[str]:
+        """Every switch-side interface of the running fabric."""
+        return list(self._switch_ports())
+
     def _switch_ports(self) -> dict[str, signals.PortInfo]:
         """Every switch-side interface: its switch, its peer, and whether the
         peer is a host (the port is a last hop)."""

@@ -251,3 +251,50 @@ def _set_sndbuf(pid: int, fd: int, size: int) -> int:
         return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
     finally:
         sock.close()                        # OVS's own descriptor stays open
+
+
+# Interface types of the userspace datapath a switch port can be. `system`
+# ports are read through one AF_PACKET socket each, polled one after another
+# by ovs-vswitchd's main thread; `afxdp-nonpmd` ports through an AF_XDP ring
+# the same thread checks without a system call. AF_XDP sends past the port's
+# qdisc and tc egress hook (in generic mode the kernel's xsk transmit calls
+# the driver directly), so on a shaped fabric neither the HTB nor the
+# switch-port program would see what the switch sends: BENCHMARKS.md §6
+# measures both.
+PORT_TYPES = ('system', 'afxdp-nonpmd')
+
+
+def interface_types() -> list[str]:
+    """What this ovs-vswitchd can make a port of."""
+    out = _vsctl('get', 'Open_vSwitch', '.', 'iface_types').stdout
+    return [t.strip(' "') for t in out.strip().strip('[]').split(',') if t.strip()]
+
+
+def set_port_type(ports: list[str], port_type: str, timeout_s: float = 60.0) -> None:
+    """Re-open every one of `ports` (switch ports of a running fabric) as
+    `port_type`, in one transaction, and wait until OVS has them all."""
+    if port_type not in PORT_TYPES:
+        raise ValueError('port type %r: one of %s' % (port_type, ', '.join(PORT_TYPES)))
+    args: list[str] = []
+    for port in ports:
+        args += ['--', 'set', 'interface', port, 'type=%s' % port_type]
+        if port_type.startswith('afxdp'):
+            args.append('options:xdp-mode=generic')    # veths have no zero-copy mode
+    result = _vsctl(*args, timeout=int(timeout_s))
+    if result.returncode:
+        raise RuntimeError('ovs-vsctl could not make the ports %s: %s'
+                           % (port_type, result.stderr.strip()))
+    deadline = time.monotonic() + timeout_s
+    while (failing := _port_errors(ports)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if failing:
+        raise RuntimeError('%d ports are not %s ports: %s' % (
+            len(failing), port_type, '; '.join(failing[:3])))
+
+
+def _port_errors(ports: list[str]) -> list[str]:
+    out = _vsctl('--columns=name,ofport,error', '--format=csv', '--data=bare',
+                 '--no-headings', 'list', 'interface', *ports).stdout
+    return ['%s: %s' % (name, error or 'no OpenFlow port')
+            for name, ofport, error in (line.split(',', 2) for line in out.splitlines())
+            if error or not ofport.strip().isdigit() or int(ofport) < 1]

@@ -36,7 +36,10 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     assert sorted(p.stem for p in raw.glob('*.json')) == sorted(
         SECTIONS + ('sections',))           # what --resume reads
     failover = json.loads((raw / 'failover.json').read_text())
-    assert failover['base_rtt_s'] > 0 and failover['trials']
+    # one base RTT per timescale: the fabric's own and the hardware profile's
+    assert set(failover['base_rtt_s']) == {'own timescale', 'mrc-8x100g'}
+    assert all(rtt > 0 for rtt in failover['base_rtt_s'].values())
+    assert failover['trials']
     assert {t['transport'] for t in failover['trials']} == {'mrc', 'rc', 'tcp'}
     assert '[' in done.stdout and 'done in' in done.stdout   # progress shown
     assert leaked() == {}

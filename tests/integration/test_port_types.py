@@ -1,0 +1,60 @@
+"""A running fabric's switch ports re-opened as AF_XDP ports keep every path
+working; a shaped fabric's qdiscs then no longer see what the switches send,
+which is why the fabric builds `system` ports (ovs.PORT_TYPES)."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from testbed.fabric import ovs
+from testbed.workload.endpoint_flows import EndpointFlows
+
+AFXDP = 'afxdp-nonpmd'
+SPEC = 'leafspine,leaves=2,spines=2,hosts=1,planes=1,bw=10'
+SIZE = 256 << 10
+TIMEOUT_S = 60
+
+pytestmark = pytest.mark.skipif(AFXDP not in ovs.interface_types(),
+                                reason='this Open vSwitch offers no AF_XDP ports')
+
+
+def root_qdisc_packets(port: str) -> int:
+    out = subprocess.run(['tc', '-s', 'qdisc', 'show', 'dev', port, 'root'],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split(' pkt')[0].rsplit(' ', 1)[1])
+
+
+def tx_packets(port: str) -> int:
+    with open('/sys/class/net/%s/statistics/tx_packets' % port) as f:
+        return int(f.read())
+
+
+def test_afxdp_ports_forward_but_skip_the_qdisc(fabric_factory):
+    fab = fabric_factory(SPEC)
+    ports = fab.switch_ports
+    ovs.set_port_type(ports, AFXDP)
+    for port in ports[:2]:
+        kind = subprocess.run(['ovs-vsctl', 'get', 'interface', port, 'type'],
+                              capture_output=True, text=True, check=True).stdout
+        assert kind.strip() == AFXDP
+    before = {p: (tx_packets(p), root_qdisc_packets(p)) for p in ports}
+    driver = EndpointFlows(fab, 'mrc', seed=2)
+    try:
+        driver.prepare([('h1', 'h2', SIZE)])
+        driver.start(1, 'h1', 'h2', SIZE)
+        deadline = time.monotonic() + TIMEOUT_S
+        while driver.status(1) == 'running':
+            assert time.monotonic() < deadline
+            driver.poll()
+        assert driver.status(1) == 'done', driver.error(1)
+        assert driver.delivered(1) == SIZE and driver.corrupt_bytes(1) == 0
+    finally:
+        driver.close()
+    sent = sum(tx_packets(p) - before[p][0] for p in ports)
+    queued = sum(root_qdisc_packets(p) - before[p][1] for p in ports)
+    # The write's data and SACKs crossed the switches (2 switch ports per
+    # packet each way), and none of it went through a switch port's HTB.
+    assert sent > 2 * SIZE // 1500
+    assert queued < sent / 100, (queued, sent)
