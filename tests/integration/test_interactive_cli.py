@@ -64,8 +64,10 @@ class Terminal:
         if keys == 'exit':
             self.child.sendline('exit')
         elif keys == 'cc':
-            # As a person would: the second Ctrl-C after the first's notice.
-            # Two signals the process has not yet taken count as one.
+            # As a person would: the first Ctrl-C a moment after the prompt
+            # is up (complete() pauses as long after typing), the second after the first's
+            # notice. Two signals the process has not yet taken count as one.
+            time.sleep(0.5)
             self.child.sendcontrol('c')
             self.child.expect_exact('Ctrl-C again', timeout=30)
             self.child.sendcontrol('c')
