@@ -281,6 +281,16 @@ class Probe:
         raise RuntimeError('%s has no port %s' % (host, intf))
 
 
+def probed_fabric(spec: str, src: str, dst: str, port_type: str,
+                  stack: ExitStack) -> tuple[FabricNet, Probe]:
+    """A running fabric of `spec` with its switch ports as `port_type`, and
+    a probe from `src` to `dst` on it; both closed with `stack`."""
+    fab = stack.enter_context(FabricNet(parse_topo_spec(spec)))
+    if port_type != 'system':
+        ovs.set_port_type(fab.switch_ports, port_type)
+    return fab, open_probe(fab, src, dst, stack)
+
+
 def open_probe(fab: FabricNet, src: str, dst: str, stack: ExitStack) -> Probe:
     plan = fab.plan
     paths = plan.paths(src, dst, 1)
@@ -374,10 +384,8 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
                 rates: Sequence[int | None], seconds: float,
                 port_type: str = 'system') -> dict:
     points = []
-    with FabricNet(parse_topo_spec(spec)) as fab, ExitStack() as stack:
-        if port_type != 'system':
-            ovs.set_port_type(fab.switch_ports, port_type)
-        probe = open_probe(fab, src, dst, stack)
+    with ExitStack() as stack:
+        fab, probe = probed_fabric(spec, src, dst, port_type, stack)
         threads = datapath_threads()
         plan = fab.plan
         # A datapath port per switch end of every link (bridges' own
@@ -406,10 +414,8 @@ def measure_qdisc_bypass(ctx: BenchContext) -> list[dict]:
     spec, src, dst = BYPASS_FABRIC
     rows = []
     for port_type in ('system', AFXDP):
-        with FabricNet(parse_topo_spec(spec)) as fab, ExitStack() as stack:
-            if port_type != 'system':
-                ovs.set_port_type(fab.switch_ports, port_type)
-            probe = open_probe(fab, src, dst, stack)
+        with ExitStack() as stack:
+            fab, probe = probed_fabric(spec, src, dst, port_type, stack)
             before = switch_port_counts(fab.switch_ports)
             sent, _, _ = send_paced(probe, BYPASS_PPS, BYPASS_S)
             time.sleep(DRAIN_S)
