@@ -161,6 +161,11 @@ class Requester:
         self._incomplete.append(wr)
 
     @property
+    def packet_timeout_s(self) -> float:
+        """How long a packet's timer runs before it is declared lost."""
+        return self._packet_timeout
+
+    @property
     def idle(self) -> bool:
         return not self._incomplete
 

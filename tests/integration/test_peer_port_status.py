@@ -31,25 +31,30 @@ from testbed.workload.endpoint_flows import EndpointFlows
 from tests.integration import port_faults
 from tests.integration.port_faults import (PLANE, SPEC, SRC, DST, nic_of,
                                            transfer_across_a_port_fault)
-# The bound, from the mechanism. From the fault's clock: the injector's apply
-# time (netlink in the root namespace, 1-3 ms alone, up to 8 ms beside the
-# busy loop: docs/faults.md), in which the switch end goes down and h16's
+# The bounds, from the mechanism. From the fault's clock: the injector's
+# apply time (netlink in the root namespace, 1-3 ms alone, up to 10 ms beside
+# the busy loop: docs/faults.md), in which the switch end goes down and h16's
 # veth drops carrier, the kernel sending RTM_NEWLINK at once; h16's loop looks
 # at its netlink socket at the start of a turn, at most PORT_CHECK_S = 0.1 ms
-# apart, and queues the update in that turn; the update (68 MRC bytes) crosses
-# the fabric on plane 2 in one one-way delay, about half a base RTT (the base
-# RTT is a full data packet out and its SACK back, plus the emulator's own
-# processing: a small packet's one-way delay is at most half of it); h1's loop
-# hands it to the endpoint in its next turn, and from that turn on no plane-1
-# EV is picked. So h1's plane-1 data stops about 8 ms + 0.1 ms + 0.5 base RTT
-# (7 ms) after the fault, near one base RTT (14 ms); two leave room for a loop
-# turn stretched by a scheduler slice on this 2-core machine (the emulation
-# health gate's wait), as in test_nic_port_events.py, and for the fabric being
-# slower just after a switch port changed state, when the update crosses it
-# (the printed one-way delays: SACKs sent in the 20 ms after a port change took
-# up to 13-18 ms, against 6-11 ms later; docs/faults.md). Without the update h1
-# would find the dead port only through its packet timers, EV by EV.
-BOUND_RTTS = 2.0
+# apart, and queues the update in that turn; h1's loop hands the first copy to
+# its endpoint in the turn it arrives, and from that turn on no plane-1 EV is
+# picked. Each step is checked on its own, and the whole against the timers
+# the update stands in for: no plane-1 packet timer could have found the port
+# before one packet timeout after the fault, and the update must come well
+# within half of one (as tests/integration/test_scenarios.py asks of the
+# shipped nic_port_failure scenario). The update's crossing itself is the
+# fabric's one-way delay on plane 2, printed, not bounded: just after a
+# switch port changes state it is several times its usual value (SACKs sent
+# in the 20 ms after a port change took 13-36 ms one way, against 6-16 ms
+# later, on two machines of this kind; docs/faults.md), so a bound in base
+# RTTs would measure the emulator's datapath, not the endpoint.
+# The receiver's own turn: the apply time, a port check and one loop turn
+# stretched by a scheduler slice on this 2-core machine (the emulation health
+# gate's wait), a base RTT's worth.
+HEAR_SLACK_RTTS = 1.0
+# Plane-1 data stops at the update at the latest: SACKs from plane 2 keep
+# opening h1's window, and its spray keeps picking plane-1 EVs until it is
+# told (or its window fills with what plane 1 swallowed first).
 
 
 @dataclass
@@ -136,8 +141,14 @@ def check(driver: EndpointFlows, inj: FaultInjector, watch: Watch,
           'port change, one-way: %s; 50-500 ms after: %s'
           % ([(round(t * 1e3, 2), round(d * 1e3, 2)) for t, d in psu],
              sacks(0.0, 0.02), sacks(0.05, 0.5)))
-    assert heard_down - fault['nic_port_down'] <= BOUND_RTTS * rtt
-    assert last - fault['nic_port_down'] <= BOUND_RTTS * rtt
+    heard_self = receiver.port_events[0][0] - fault['nic_port_down']
+    assert heard_self <= applied['nic_port_down'] + HEAR_SLACK_RTTS * rtt
+    assert psu and psu[0][0] <= heard_self + 1e-3     # sent in the turn that heard it
+    # h1 acted on the first copy that arrived (its one-way delay was measured to the
+    # turn that read it), and before any of its plane-1 timers could have.
+    assert heard_down - fault['nic_port_down'] <= psu[0][0] + psu[0][1] + 1e-6
+    assert heard_down - fault['nic_port_down'] < qp.requester.packet_timeout_s / 2
+    assert last <= heard_down
     # A turn sends, then receives: what the sender sent in the turn that took the
     # update in (at its time, heard_down) left before the update was read.
     assert not [t for t in on_plane if heard_down < t < heard_up]
