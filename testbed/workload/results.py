@@ -67,9 +67,15 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         # goodput did before it died.
         took = None if died else recovery_time(
             goodput, BIN_S, at, end, RECOVERED_FRACTION * left)
+        # How long the load lasted after the fault, in which a recovery could be
+        # seen: a null recovery_s in a short window says the load ended first,
+        # not that the transport never came back.
+        observed = max(0.0, (len(goodput) * BIN_S if end is None
+                             else min(end, len(goodput) * BIN_S)) - at)
         recoveries.append({
             'fault': event['fault'], 'at_s': at, 'capacity_left': round(left, 3),
-            'recovery_s': took, **time_figures('recovery', took, run)})
+            'recovery_s': took, **time_figures('recovery', took, run),
+            'observed_s': round(observed, 3)})
     plane_totals = [sum(run.plane_bins.get(p, [])) for p in planes]
     # On the routed mode a flow's path is the switches' choice, not a
     # carrier the host names: there is no per-path count to judge.

@@ -43,6 +43,8 @@ def test_metrics_of_a_healthy_and_a_dying_run():
     assert ok['completed'] and ok['flows_done'] == 2
     assert ok['step_p50_s'] == 2.0 and ok['jain_planes'] == 1.0
     assert ok['recovery'][0]['recovery_s'] is not None
+    # Looked for until the last phase's first flow finished (2.0 s), a second after.
+    assert ok['recovery'][0]['observed_s'] == 1.0
     dead = run_metrics(synthetic('rc', dies=True), paths, (1, 2))
     assert not dead['completed'] and dead['qp_errors'] == ['retry counter exceeded']
     assert dead['recovery'][0]['recovery_s'] is None     # the job died
@@ -50,6 +52,14 @@ def test_metrics_of_a_healthy_and_a_dying_run():
     # Every row says its congestion control; the kernel's transports keep the kernel's.
     assert (ok['congestion_control'], dead['congestion_control']) == ('uet-1.0-nscc', 'dcqcn')
     assert run_metrics(synthetic('tcp'), paths, (1, 2))['congestion_control'] == 'kernel'
+
+
+def test_a_load_that_ends_before_goodput_returns_says_how_long_it_was_watched():
+    run = synthetic('mrc')
+    run.flows[1].finished = 1.1                  # the load's tail 0.1 s after the fault
+    run.goodput_bins = [10.0] * 100 + [0.0] * 100
+    recovery, = run_metrics(run, set(), (1, 2))['recovery']
+    assert recovery['recovery_s'] is None and recovery['observed_s'] == 0.1
 
 
 def test_files_table_report_and_plots(tmp_path):
