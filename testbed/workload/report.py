@@ -20,9 +20,7 @@ def _cell(name: str, m: dict) -> str:
     if name == 'rtx MB':
         return '%.2f' % (m['retransmitted_bytes'] / 1e6)
     if name == 'recovery s':
-        values = [r['recovery_s'] for r in m['recovery']]
-        return ', '.join('never' if v is None else '%.2f' % v
-                         for v in values) or '-'
+        return ', '.join(_recovery(r, m) for r in m['recovery']) or '-'
     if name == 'result':
         return _verdict(m)
     if name == 'fabric':
@@ -40,6 +38,16 @@ def _cell(name: str, m: dict) -> str:
     else:
         value = m.get(key)
     return '-' if value is None else fmt % value
+
+
+def _recovery(r: dict, m: dict) -> str:
+    """A recovery's time; one not seen is 'never' when the job died, and else
+    longer than the load lasted after the fault ('>0.10')."""
+    if r['recovery_s'] is not None:
+        return '%.2f' % r['recovery_s']
+    if m['aborted'] or r.get('observed_s') is None:
+        return 'never'
+    return '>%.2f' % r['observed_s']
 
 
 def _verdict(m: dict) -> str:
