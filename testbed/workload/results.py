@@ -70,8 +70,8 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         # How long the load lasted after the fault, in which a recovery could be
         # seen: a null recovery_s in a short window says the load ended first,
         # not that the transport never came back.
-        observed = max(0.0, (len(goodput) * BIN_S if end is None
-                             else min(end, len(goodput) * BIN_S)) - at)
+        load_end = len(goodput) * BIN_S if end is None else min(end, len(goodput) * BIN_S)
+        observed = max(0.0, load_end - at)
         recoveries.append({
             'fault': event['fault'], 'at_s': at, 'capacity_left': round(left, 3),
             'recovery_s': took, **time_figures('recovery', took, run),
