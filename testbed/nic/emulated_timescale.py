@@ -19,6 +19,7 @@ hardware profile's delay stage stretches it further
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig
@@ -38,6 +39,12 @@ PROBE_TIMEOUT_RTTS = 5.5
 PROBE_INTERVAL_RTTS = 5.5  # per ASSUMED_BAD EV: at 1.1 RTTs, 32 dead EVs
                            # took a fifth of a 10 Mbit/s port with probes
 SKIP_QUEUEING_TARGET_RTTS = 2.8
+# An ACK refresh (TransportConfig.ack_refresh_s) after 3 base RTTs of silence
+# with packets in flight: past a loaded RTT (NSCC holds the queues near its
+# target, a fraction of the base RTT) and the SACK coalescing delay, so a
+# flowing QP never sends one, and its answer (one more RTT) arrives well
+# before the packet timeout (11) would have resent and demoted.
+ACK_REFRESH_RTTS = 3.0
 # The QP's ACK (retry) timer runs at the packet timeout. At the hardware
 # value, 16.8 ms, it fired whenever a QP went a few packet times without a
 # SACK: 701 expiries in one 3 Mbit/s MRC permutation, each demoting a
@@ -158,6 +165,20 @@ def nscc_target_s(link_rate_bps: float, path_links: int,
                                mtu, trimming).target_delay_s
 
 
+def reorder_guard_packets(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> int:
+    """How far above a hole a SACKed PSN must be before the hole is read as
+    lost: one bandwidth-delay product of the QP in packets, the reordering
+    guard of the ns-3 MRC model (docs/reliability.md). Sprayed packets on
+    paths whose queues differ arrive up to about a queue's worth out of
+    order; at the hardware-like guard of 3 PSNs, the first steps of a job on
+    a fault-free fat-tree read that reordering as loss and demoted 8-16
+    healthy EVs per run (measured in link_failure_allreduce, quick form)."""
+    bdp = qp_rate_bps * rtt_s / (data_frame_bytes(mtu) * 8)
+    defaults = TransportConfig()
+    return max(defaults.reorder_threshold,
+               min(defaults.max_reorder_threshold, math.ceil(bdp)))
+
+
 # The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
 TUNED_RTT_S = base_rtt_s(10e6, 6)
 
@@ -188,6 +209,8 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
         CcProfile.for_fabric(cc, link_rate_bps, rtt_s, mtu, signals.trimming,
                              ack_timeout_s=packet_timeout)
     skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_RTTS * rtt
+    reorder = TransportConfig().reorder_threshold if link_rate_bps is None \
+        else reorder_guard_packets(link_rate_bps, rtt_s, mtu)
     return replace(
         QpProfile(),
         cc_profile=cc_profile,
@@ -195,7 +218,9 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
             mtu=mtu,
             skip_queueing_target_s=skip_target,
             packet_timeout_s=packet_timeout,
-            probe_timeout_s=PROBE_TIMEOUT_RTTS * rtt),
+            probe_timeout_s=PROBE_TIMEOUT_RTTS * rtt,
+            ack_refresh_s=ACK_REFRESH_RTTS * rtt,
+            reorder_threshold=reorder),
         ev_table=EvTableConfig(active_count=ACTIVE_EVS,
                                probe_interval_s=PROBE_INTERVAL_RTTS * rtt),
         mpr=MPR_UNITS, mpr_dest=MPR_UNITS, timeout_s=packet_timeout,

@@ -200,6 +200,14 @@ class EvTableConfig:
     Demotion and probing
       Timeouts (on_loss), ALWAYS_SKIP verdicts and failed probes demote GOOD/SKIP EVs to
       ASSUMED_BAD at once ("ASSUMED_BAD after one silent timeout").
+      demote_same_path: a silent loss demotes every GOOD/SKIP EV whose path is the lost
+        packet's (same plane, same path), not only the EV it was sent on. Where a plane has
+        fewer distinct paths than EVs, entries repeat a path (an EV array of 20 per plane
+        over a k=4 fat-tree's 4 paths holds each 5 times, as one EV value): the loss says
+        the path failed ("MRC assumes the path has failed and immediately stops using the
+        corresponding EV" [P1 §2.1]), and each repeat left GOOD carried packets into the same
+        hole until its own timeout found it (measured: one dead core link demoted the same
+        path 5 times over 0.4 s, once per packet timeout, in link_failure_allreduce).
       ignore_losses_on_down_plane: timeouts on a plane that is down do not demote: the port
         failure explains them, and demoting would burn that plane's backups for nothing.
       backup_promotion: which same-plane backup replaces a demoted EV: "fifo" (oldest first) or
@@ -243,6 +251,7 @@ class EvTableConfig:
     probes_to_resurrect: int = 3
     reshuffle_each_rotation: bool = True
     demote_held_when_possible: bool = True
+    demote_same_path: bool = True
     ignore_losses_on_down_plane: bool = True
     backup_promotion: Literal["fifo", "random"] = "fifo"
     prefer_distinct_path_backup: bool = True
@@ -526,15 +535,25 @@ class EvTable:
             return False
         return self._demote(ev, EvReason.ALWAYS_SKIP)
 
-    def on_loss(self, ev_id: int, now: float | None = None) -> bool:
-        """Per-packet timeout with no SACK and no trim (silent loss): -> ASSUMED_BAD."""
+    def on_loss(self, ev_id: int, now: float | None = None) -> int:
+        """Per-packet timeout with no SACK and no trim (silent loss): -> ASSUMED_BAD, with
+        the other usable EVs of the same path where `demote_same_path`. Returns how many
+        EVs were demoted."""
         ev = self._feedback_target(ev_id, now)
         if ev is None:
-            return False
+            return 0
         ev.losses += 1
         if ev.state not in _USABLE_STATES or self._port_explains_loss(ev):
-            return False
-        return self._demote(ev, EvReason.TIMEOUT)
+            return 0
+        if not self._demote(ev, EvReason.TIMEOUT):
+            return 0
+        demoted = 1
+        if self.config.demote_same_path:
+            for other in list(self._by_id.values()):
+                if other.path == ev.path and other.plane == ev.plane \
+                        and other.state in _USABLE_STATES:
+                    demoted += self._demote(other, EvReason.TIMEOUT)
+        return demoted
 
     def _port_explains_loss(self, ev: Ev) -> bool:
         return self.config.ignore_losses_on_down_plane and ev.plane not in self._planes_up

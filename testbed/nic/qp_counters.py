@@ -30,6 +30,8 @@ class QpCounters:
         self.probes_sent: int = 0
         self.probe_replies: int = 0
         self.probe_timeouts: int = 0
+        self.ack_refresh_probes: int = 0
+        self.ack_refresh_replies: int = 0
         self.ev_demotions: int = 0
         self.packets_received: int = 0
         self.bytes_received: int = 0
@@ -73,7 +75,8 @@ FIELDS: tuple[str, ...] = (
     "packets_sent", "bytes_sent", "retransmitted_packets", "retransmitted_bytes",
     "fast_retransmits", "spurious_retransmits", "packet_timeouts", "retry_timeouts",
     "go_back_n_rounds", "sacks_sent", "sacks_received", "nacks_sent", "nacks_received",
-    "probes_sent", "probe_replies", "probe_timeouts", "ev_demotions", "packets_received",
+    "probes_sent", "probe_replies", "probe_timeouts", "ack_refresh_probes",
+    "ack_refresh_replies", "ev_demotions", "packets_received",
     "bytes_received", "duplicates_received", "trimmed_received", "out_of_order_received",
     "reverse_routes_replaced", "port_down_resends", "cnps_sent", "cnps_received", "stale_feedback",
     "dropped_not_ready", "requester_completions", "responder_completions",

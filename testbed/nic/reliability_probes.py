@@ -5,6 +5,10 @@ A reliability probe is QP-scoped, consumes no PSN and elicits a SACK [P2 §II-C;
 returns it as trigger PSN with PROBE_REPLY set (docs/wire-format.md §6.1). A probe unanswered
 within its timeout has failed -- unless a probe sent later on the same EV was answered first:
 the path worked more recently than that failure says, so it is stale and not reported.
+
+Probe ids with ACK_REFRESH_PROBE_BIT set are ACK-refresh probes (Requester: a QP that heard no
+SACK for a while asks for its ACK state, "to refresh ACK state when SACKs may be lost"
+[P2 §II-C]); they test no path, so this tracker never issues them and they never fail an EV.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ from __future__ import annotations
 from collections import deque
 
 from testbed.nic.wire import PSN_MASK
+
+ACK_REFRESH_PROBE_BIT = (PSN_MASK + 1) >> 1     # the top bit of the 24-bit probe id
+_PATH_PROBE_ID_MASK = ACK_REFRESH_PROBE_BIT - 1
 
 
 class ProbeTracker:
@@ -25,7 +32,7 @@ class ProbeTracker:
 
     def issue(self, now: float, ev_id: int, timeout_s: float) -> int:
         probe_id = self._next_id
-        self._next_id = (probe_id + 1) & PSN_MASK
+        self._next_id = (probe_id + 1) & _PATH_PROBE_ID_MASK
         self._pending[probe_id] = (ev_id, now)
         self._deadlines.append((now + timeout_s, probe_id))   # constant timeout: FIFO order
         return probe_id

@@ -41,7 +41,7 @@ from testbed.nic.ev_table import EvState, EvTable
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp_counters import QpCounters
 from testbed.nic.qp_state import RtrAttrs, RtsAttrs
-from testbed.nic.reliability_probes import ProbeTracker
+from testbed.nic.reliability_probes import ACK_REFRESH_PROBE_BIT, ProbeTracker
 from testbed.nic.responder import MESSAGE_END_OPCODES
 from testbed.nic.retry_timer import RetryTimer
 from testbed.nic.routes import FixedRoute
@@ -142,6 +142,12 @@ class Requester:
         self._tx_seq = 0
         self._probes = ProbeTracker()
         self._probe_queue: deque[Any] = deque()
+        # ACK refresh (TransportConfig.ack_refresh_s): due at _refresh_at, pushed on by every
+        # transmission and every SACK/NACK; MRC only (RC and ECMP have no reliability probes).
+        self._ack_refresh = config.ack_refresh_s if table is not None else None
+        self._refresh_at: float | None = None
+        self._refresh_due = False
+        self._refresh_ids = 0
         self._reorder_threshold = config.reorder_threshold
         self._loss_strikes: dict[int, int] = {}     # EV -> inferred losses since its last ACK
         # Selective retransmissions not yet judged, with their transmission's tx_seq.
@@ -176,8 +182,10 @@ class Requester:
         """`free_planes`: the planes whose NIC port can take a data packet now
         (None: every plane); probes are small and go whatever."""
         sent = 0
+        if self._refresh_due:
+            sent += self._send_ack_refresh(now, out)
         if self._probe_queue:
-            sent += self._send_probes(now, budget, out)
+            sent += self._send_probes(now, budget - sent, out)
         if free_planes is not None and not free_planes:
             return sent
         self._free_planes = free_planes
@@ -341,6 +349,8 @@ class Requester:
         )
         if self._packet_timers is not None:
             self._packet_timers.append((now + self._packet_timeout, index, tx_seq))
+        if self._ack_refresh is not None:
+            self._refresh_at = now + self._ack_refresh
         retry = self.retry
         if retry.deadline is None:
             retry.arm_if_idle(now)
@@ -367,11 +377,30 @@ class Requester:
             sent += 1
         return sent
 
+    def _send_ack_refresh(self, now: float, out: list[Outgoing]) -> int:
+        """One reliability probe on the next GOOD EV, its id marked as an ACK refresh: the
+        responder answers it with a SACK of its ACK state now, on its next reverse path."""
+        self._refresh_due = False
+        table = self._table
+        assert table is not None               # refreshes are armed only with an EV table
+        ev = table.next_ev(None, None, now=now)
+        if ev is None:
+            return 0
+        probe_id = ACK_REFRESH_PROBE_BIT | self._refresh_ids
+        self._refresh_ids = (self._refresh_ids + 1) & (ACK_REFRESH_PROBE_BIT - 1)
+        ts = _timestamp(now) if self._timestamps else None
+        data = ReliabilityProbe(self._peer_qp, probe_id, ts).encode()
+        out.append(Outgoing(ev.path, ev.plane, ev.ev_id, data, self._peer_addr))
+        self._counters.ack_refresh_probes += 1
+        return 1
+
     # ------------------------------------------------------------------------- feedback
 
     def on_sack(self, now: float, sack: AnySack) -> None:
         counters, window = self._counters, self.window
         counters.sacks_received += 1
+        if self._ack_refresh is not None:
+            self._refresh_at = now + self._ack_refresh
         verdict, probe_reply, ts_echo = sack.verdict, sack.probe_reply, sack.ts_echo
         counters.sack_verdicts_received[verdict] += 1
         cack = window.to_index(sack.cack_psn)
@@ -470,6 +499,9 @@ class Requester:
             self._counters.ev_demotions += 1
 
     def _on_probe_reply(self, now: float, sack: AnySack) -> None:
+        if sack.trigger_psn & ACK_REFRESH_PROBE_BIT:
+            self._counters.ack_refresh_replies += 1     # its ACK state is all it carried
+            return
         ev_id = self._probes.answered(sack.trigger_psn)
         if ev_id is None or self._table is None:
             return                                # late answer of a probe already timed out
@@ -505,6 +537,8 @@ class Requester:
         counters, window, reason = self._counters, self.window, nack.reason
         counters.nacks_received += 1
         counters.nacks_received_by_reason[reason.name] += 1
+        if self._ack_refresh is not None:
+            self._refresh_at = now + self._ack_refresh
         if reason is NackReason.UNEXP_EVENT:
             self._fail(WcStatus.REM_OP_ERR, "remote operation error (NACK UNEXP_EVENT)")
             return
@@ -572,8 +606,7 @@ class Requester:
     def _on_silent_loss(self, now: float, record: SentPacket, inferred: bool = False) -> None:
         """A data packet vanished without a trim: its EV's path is presumed broken."""
         if self._table is not None and self._ev_fails(record.route.ev_id, inferred):
-            if self._table.on_loss(record.route.ev_id, now):
-                self._counters.ev_demotions += 1
+            self._counters.ev_demotions += self._table.on_loss(record.route.ev_id, now)
         if record.counted:
             self._cc.on_loss(record.length, now)
             record.counted = False
@@ -623,6 +656,9 @@ class Requester:
         timers = self._packet_timers
         if timers and (deadline is None or timers[0][0] < deadline):
             deadline = timers[0][0]
+        refresh = self._refresh_at
+        if refresh is not None and (deadline is None or refresh < deadline):
+            deadline = refresh
         if self._table is not None:           # asked after every event: no temporaries
             candidate = self._table.next_probe_due()
             if candidate is not None and (deadline is None or candidate < deadline):
@@ -636,6 +672,11 @@ class Requester:
         timers = self._packet_timers
         if timers and timers[0][0] <= now:
             self._expire_packet_timers(now)
+        refresh = self._refresh_at
+        if refresh is not None and refresh <= now:
+            self._refresh_at = None               # once per silence: re-armed by traffic
+            window = self.window
+            self._refresh_due = window.una < window.nxt
         if self._table is not None:
             due = self._table.next_probe_due()
             if due is not None and due <= now:
@@ -700,6 +741,8 @@ class Requester:
         self._rtx_heap.clear()
         self._probe_queue.clear()
         self._probes.clear()
+        self._refresh_at = None
+        self._refresh_due = False
         self._go_back_next = None
         self.paced_until = None
         if self._packet_timers is not None:

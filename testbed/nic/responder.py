@@ -31,6 +31,7 @@ from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp_counters import QpCounters
 from testbed.nic.qp_state import RtrAttrs
 from testbed.nic.receive_window import Arrival, ReceiveWindow
+from testbed.nic.reliability_probes import ACK_REFRESH_PROBE_BIT
 from testbed.nic.routes import FixedRoute, ReverseRoutes
 from testbed.nic.transport_config import TransportConfig
 from testbed.nic.wire import (
@@ -116,6 +117,7 @@ class Responder:
         self._arrived = 0
         self._trimmed_here = 0
         self._sacked_on: dict[int, FixedRoute] = {}    # trigger index -> its SACK's route
+        self._last_sack_route: FixedRoute | None = None  # of the latest data SACK
         target = config.skip_queueing_target_s
         self._target_us = None if target is None else int(target * 1e6)
         # DCQCN notification point: None when the peer's controller reads no CNPs.
@@ -230,7 +232,13 @@ class Responder:
                                               self._qpn, length, imm, now))
 
     def on_probe(self, now: float, probe: ReliabilityProbe, ev_id: int, ecn: bool) -> None:
-        """A reliability probe consumes no PSN and is answered by a SACK at once."""
+        """A reliability probe consumes no PSN and is answered by a SACK at once. An ACK
+        refresh says the requester heard nothing since before our last SACK: that SACK's
+        reverse path is likely dead, so it is swapped (the answer takes the next one)."""
+        if probe.probe_id & ACK_REFRESH_PROBE_BIT and self._last_sack_route is not None:
+            if self._reverse.replace(self._last_sack_route):
+                self._counters.reverse_routes_replaced += 1
+            self._last_sack_route = None
         verdict = self._verdict(now, probe.tx_timestamp, ev_id, ecn)
         self._queue_sack((None, probe.probe_id, ev_id, probe.tx_timestamp, now, verdict, True))
 
@@ -346,6 +354,7 @@ class Responder:
     def _remember_sack_route(self, index: int | None, route: FixedRoute) -> None:
         if index is None:                      # a probe's SACK: no PSN to duplicate later
             return
+        self._last_sack_route = route
         sacked_on = self._sacked_on
         sacked_on[index] = route
         if len(sacked_on) > _SACK_ROUTE_MEMORY:

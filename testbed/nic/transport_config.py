@@ -65,6 +65,13 @@ class TransportConfig:
         inferred losses on it with no SACK reflecting it in between.
       packet_timeout_s: per-packet timer (MRC and ECMP); None = the QP ACK timeout.
       probe_timeout_s: a reliability probe unanswered this long failed; None = packet timeout.
+      ack_refresh_s: an MRC requester with packets in flight that has sent nothing and heard
+        no SACK or NACK for this long sends one reliability probe on a GOOD EV, whose SACK
+        carries the responder's ACK state: a SACK lost on a dead reverse path then costs
+        this wait instead of a packet timeout and a healthy EV demoted (only the last SACK
+        of a burst matters: the next SACK repairs any other, being cumulative). The probe
+        tells the responder that its last SACK did not arrive, and it swaps that SACK's
+        reverse path. None: no such probes.
       timestamps: carry a TSETH TX timestamp in data packets and probes (RTT via ts_echo).
       ack_request_on_message_end: set ACK_REQUEST on the last packet of each WRITE.
     """
@@ -84,6 +91,7 @@ class TransportConfig:
     inferred_losses_to_fail: int = 2
     packet_timeout_s: float | None = None
     probe_timeout_s: float | None = None
+    ack_refresh_s: float | None = None
     timestamps: bool = True
     ack_request_on_message_end: bool = True
 
@@ -112,7 +120,7 @@ class TransportConfig:
                    f"({self.max_reorder_threshold}), got {self.reorder_threshold}")
         if self.inferred_losses_to_fail < 1:
             yield f"inferred_losses_to_fail must be >= 1, got {self.inferred_losses_to_fail}"
-        for name in ("packet_timeout_s", "probe_timeout_s"):
+        for name in ("packet_timeout_s", "probe_timeout_s", "ack_refresh_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 yield f"{name} must be > 0 or None, got {value}"

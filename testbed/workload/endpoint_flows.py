@@ -41,9 +41,10 @@ from testbed.nic.socket_runtime import AddressBook, Nic, SocketRuntime
 DATA_OPCODES = range(0x06, 0x0C)
 REQUESTER_COUNTERS = ('packets_sent', 'retransmitted_packets', 'packet_timeouts',
                       'retry_timeouts', 'nacks_received', 'ev_demotions',
-                      'probes_sent', 'probe_timeouts', 'cnps_received')
+                      'probes_sent', 'probe_timeouts', 'ack_refresh_probes',
+                      'cnps_received')
 RESPONDER_COUNTERS = ('packets_received', 'trimmed_received', 'nacks_sent',
-                      'cnps_sent')
+                      'reverse_routes_replaced', 'cnps_sent')
 # What a rate-based controller counts (DCQCN's reaction point), where it runs.
 CC_COUNTERS = ('rate_cuts', 'fast_recovery_steps', 'additive_increases',
                'hyper_increases')

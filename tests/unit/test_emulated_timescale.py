@@ -9,7 +9,7 @@ from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES, MPR_UNITS,
                                             PROCESSING_RTT_S, RETRY, base_rtt_s,
                                             data_frame_bytes, emulated_qp_profile,
                                             fabric_qp_profile, packet_time_s,
-                                            qp_reach)
+                                            qp_reach, reorder_guard_packets)
 from testbed.nic.wire import max_payload
 from testbed.nic.qp_profile import QpProfile
 
@@ -44,14 +44,16 @@ def test_without_a_rate_the_base_rtt_is_the_emulator_floor():
 def timers(profile):
     c = profile.transport_config
     return (c.packet_timeout_s, c.probe_timeout_s, c.skip_queueing_target_s,
-            profile.ev_table.probe_interval_s, profile.timeout_s)
+            profile.ev_table.probe_interval_s, profile.timeout_s, c.ack_refresh_s)
 
 
 def test_timers_stretch_with_a_slower_fabric_and_only_then():
     tuned = timers(emulated_qp_profile(20e6, base_rtt_s(10e6, 6)))
     assert tuned == timers(emulated_qp_profile(40e6, base_rtt_s(20e6, 4)))
-    # The packet timeout in base RTTs: 11 of the tuned fabric's 18 ms.
+    # The packet timeout in base RTTs: 11 of the tuned fabric's 18 ms; the
+    # ACK refresh 3 of them, an answer's RTT short of a third of it.
     assert tuned[0] == tuned[4] == pytest.approx(0.198, abs=1e-3)
+    assert tuned[5] == pytest.approx(tuned[0] * 3 / 11)
     slow = timers(emulated_qp_profile(6e6, base_rtt_s(3e6, 6)))
     ratio = base_rtt_s(3e6, 6) / base_rtt_s(10e6, 6)
     assert ratio > 2
@@ -91,3 +93,16 @@ def test_the_links_mtu_sizes_packets_their_time_and_the_base_rtt():
     # The SACK coalescing delay is the packets' time at the new size.
     config = profile.transport_config
     assert config.ack_delay_s == pytest.approx(config.ack_every * packet_time_s(10e6, 4096))
+
+
+def test_the_reorder_guard_is_one_bdp_of_the_qp_in_packets():
+    # MRC on 2 planes of 10 Mbit/s, 18 ms: 20 Mbit/s x 18 ms = 45 kB, 29.8
+    # frames of 1,510 bytes -> 30; never below the default 3 (an unshaped or
+    # tiny fabric), never above the adaptive bound.
+    rate, rtt = qp_reach('mrc', 10e6, 2, 6)
+    assert reorder_guard_packets(rate, rtt) == 30
+    profile = fabric_qp_profile('mrc', 10e6, 2, 6)
+    assert profile.transport_config.reorder_threshold == 30
+    assert reorder_guard_packets(1e5, 0.01) == 3
+    assert reorder_guard_packets(1e11, 1.0) == 256
+    assert fabric_qp_profile('mrc', None, 2, 6).transport_config.reorder_threshold == 3

@@ -443,7 +443,7 @@ def test_plane_short_of_evs_keeps_its_share_of_packets() -> None:
     """Half of plane 2's active EVs demoted with no backup left: the plane's port still gets
     half the packets (the survivors are reused), not a share shrunk with its EV count."""
     table = make_table(seed=13, planes=2, paths_per_plane=4, active_count=32,
-                       backup_per_plane=0)
+                       backup_per_plane=0, demote_same_path=False)   # one entry at a time
     doomed = [ev for ev in table.active_evs() if ev.plane == 2][:12]
     for ev in doomed:
         assert table.on_loss(ev.ev_id)
@@ -519,13 +519,36 @@ def test_backup_promotion_prefers_a_different_path() -> None:
         # two paths, two active EVs: both backups must reuse "a" and "b"
         table = EvTable({1: ["a", "b"]},
                         EvTableConfig(active_count=2, backup_per_plane=2,
-                                      prefer_distinct_path_backup=prefer),
+                                      prefer_distinct_path_backup=prefer,
+                                      demote_same_path=False),   # else "a"'s backup goes too
                         random.Random(0))
         first_backup = table.backup_evs()[0]
         victim = next(ev for ev in table.active_evs() if ev.path == first_backup.path)
         table.on_loss(victim.ev_id)
         (replacement,) = [ev for ev in table.active_evs() if ev.ev_id >= 2]
         assert (replacement.path != victim.path) is prefer
+
+
+def test_a_silent_loss_demotes_every_ev_on_its_path() -> None:
+    """One plane, 2 paths, 8 active EVs (each path 4 times) and 2 backups (each path once):
+    a timeout on one EV takes every entry of that path out, backups included, and none of
+    the other path's; the plane keeps sending, on the other path only."""
+    table = EvTable({1: ["a", "b"]}, EvTableConfig(active_count=8, backup_per_plane=2),
+                    random.Random(3))
+    victim = table.active_evs()[0]
+    dead = [ev for ev in table.evs() if ev.path == victim.path]
+    assert len(dead) == 5
+    assert table.on_loss(victim.ev_id, now=0.0) == 5
+    assert all(ev.state is EvState.ASSUMED_BAD for ev in dead)
+    assert {ev.path for ev in table.evs() if ev.state is GOOD} == {"a", "b"} - {victim.path}
+    assert {table.next_ev().path for _ in range(100)} == {"a", "b"} - {victim.path}
+    reasons = [e.reason for e in table.poll_events()]
+    assert reasons == [EvReason.TIMEOUT] * 5
+    # A loss on an EV already out changes nothing; nor does one with the option off.
+    assert table.on_loss(victim.ev_id, now=0.0) == 0
+    single = EvTable({1: ["a", "b"]}, EvTableConfig(active_count=8, backup_per_plane=2,
+                                                   demote_same_path=False), random.Random(3))
+    assert single.on_loss(single.active_evs()[0].ev_id, now=0.0) == 1
 
 
 def test_resurrection_after_probes_to_resurrect_successes() -> None:

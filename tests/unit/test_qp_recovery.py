@@ -13,7 +13,16 @@ from testbed.nic.ev_table import EvState, EvTableConfig
 from testbed.nic.loopback import Loopback
 from testbed.nic.qp_state import QpState, RetryConfig
 from testbed.nic.transport_config import TransportConfig
-from testbed.nic.wire import EvProbe, EvProbeReply, Nack, NackReason, decode, max_payload, psn_add
+from testbed.nic.wire import (
+    EvProbe,
+    EvProbeReply,
+    Nack,
+    NackReason,
+    Sack,
+    decode,
+    max_payload,
+    psn_add,
+)
 
 from testbed.nic.qp_pair import (
     RKEY,
@@ -205,7 +214,7 @@ def test_last_hop_trims_come_back_as_host_backpressure() -> None:
 def test_reliability_probes_consume_no_psn_and_each_gets_a_sack() -> None:
     """Q11: 100 probes of an ASSUMED_BAD EV; PSN space untouched; one SACK per probe."""
     profile = EvTableConfig(active_count=16, backup_per_plane=4, probe_interval_s=1e-3,
-                            probes_to_resurrect=1000)
+                            probes_to_resurrect=1000, demote_same_path=False)   # one EV probed
     pair = make_pair(ev_table=profile)
     table = pair.qa.ev_table
     victim = table.active_evs()[0].ev_id
@@ -306,3 +315,47 @@ def test_malformed_and_misaddressed_packets_are_counted_not_raised() -> None:
     pair.b.on_packet(0.0, outs[0].data, outs[0].ev_id, 1, "C")  # wrong peer
     assert pair.a.malformed == 1 and pair.b.wrong_source == 1
     assert pair.qb.counters.packets_received == 0
+
+
+# ACK refresh: TransportConfig.ack_refresh_s, here 1 ms against a 20 ms packet timeout and
+# a loopback RTT of ~0.1 ms, so which one acted is never in doubt.
+REFRESH = TransportConfig(packet_timeout_s=20e-3, ack_refresh_s=1e-3)
+
+
+def test_a_lost_tail_sack_is_refreshed_by_a_probe_not_found_by_a_timeout() -> None:
+    """Every data SACK from B is lost (as on a dead reverse path at the end of a burst):
+    A hears nothing, sends one ACK-refresh probe after ack_refresh_s, and B's answer
+    acknowledges the whole write: nothing resent, no timeout, no EV demoted, done in
+    about the refresh delay; B swaps the reverse path its last SACK took."""
+    pair = make_pair(psn_a=0, transport_config=REFRESH, timeout_s=20e-3)
+    data = payload(4 * P)
+    pair.qa.post_write(data, 0, RKEY, wr_id=1)
+    loop = Loopback([pair.a, pair.b], delay_s=50e-6)
+
+    def lose_data_sacks(now, src, out) -> bool:
+        pkt = decode(out.data)
+        return src is pair.b and isinstance(pkt, Sack) and not pkt.probe_reply
+    loop.drop_if = lose_data_sacks
+    loop.run(stop=done(pair.a))
+    counters = pair.qa.counters
+    assert (counters.ack_refresh_probes, counters.ack_refresh_replies) == (1, 1)
+    assert counters.packet_timeouts == counters.retry_timeouts == 0
+    assert counters.retransmitted_packets == counters.ev_demotions == 0
+    assert counters.probes_sent == 0                 # no path probe: no EV was demoted
+    assert loop.now < 2 * REFRESH.ack_refresh_s      # not the 20 ms timer
+    assert pair.qb.counters.reverse_routes_replaced == 1
+    assert pair.mr.buf[:len(data)] == data
+    assert [(wc.wr_id, wc.ok) for wc in pair.a.poll_cq()] == [(1, True)]
+
+
+def test_a_flowing_qp_sends_no_ack_refresh() -> None:
+    """SACKs arrive every few packets while data flows, and after the last one nothing is
+    in flight: the refresh timer never finds silence with packets outstanding."""
+    pair = make_pair(psn_a=0, mr_size=1 << 20, transport_config=REFRESH, timeout_s=20e-3)
+    data = payload(600 * P)
+    pair.qa.post_write(data, 0, RKEY, wr_id=1)
+    loop = Loopback([pair.a, pair.b], delay_s=50e-6, rate_bps=1e9)
+    loop.run(until=0.1)
+    assert [(wc.wr_id, wc.ok) for wc in pair.a.poll_cq()] == [(1, True)]
+    assert pair.qa.counters.ack_refresh_probes == 0
+    assert pair.qb.counters.reverse_routes_replaced == 0
