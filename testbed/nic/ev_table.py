@@ -423,6 +423,8 @@ class EvTable:
                 ev.packets_sent += 1
                 ev.bytes_sent += nbytes
                 return ev
+        if usable_planes is not None and not self._serves(usable_planes):
+            return None
         good, skip = _GOOD, _SKIP
         restored: Ev | None = None
         for _ in range(self._scan_limit):
@@ -447,6 +449,18 @@ class EvTable:
         if restored is not None:
             return self._count_send(restored, nbytes)  # nothing else was GOOD: better than None
         return None
+
+    def _serves(self, planes: set[int]) -> bool:
+        """Whether any of `planes` is up with an active EV: else no slot of the rotation can
+        serve, and the scan would spin through rotations (reshuffling each) to find nothing.
+        That happened whenever only a dead plane's port had room (a plane whose paths all
+        failed sends nothing, so its port always has room): a quarter of the endpoint
+        loop's time in plane_failure went to those scans."""
+        active, up = self._active, self._planes_up
+        for plane in planes:
+            if plane in up and active.get(plane):
+                return True
+        return False
 
     @staticmethod
     def _count_send(ev: Ev, nbytes: int) -> Ev:
