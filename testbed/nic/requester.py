@@ -16,7 +16,10 @@ SACK reflecting the EV in between. A retransmission is judged the same way by th
 transmissions (RACK's rule, RFC 8985: a packet is lost once packets sent after it arrived):
 `reorder_threshold` transmissions sent after it SACKed while it is not declare it lost again,
 so that a retransmission sprayed onto another dead EV before that EV was demoted is repaired
-within an RTT, not by its timer, which would hold the MPR window shut meanwhile. Background probes resurrect demoted EVs [P1 §2.1]. A TRIMMED NACK
+within an RTT, not by its timer, which would hold the MPR window shut meanwhile. Background probes resurrect demoted EVs [P1 §2.1]. Silence
+with packets in flight is not yet loss: after `ack_refresh_s` of it an ACK-refresh probe asks
+the responder for its ACK state [P2 §II-C], so a lost last SACK of a burst costs that wait,
+not a packet timeout that would demote the healthy EV its data took. A TRIMMED NACK
 only SKIPs the EV [3P:expl]. The reorder threshold adapts upwards when echoed timestamps reveal a
 spurious retransmission.
 
