@@ -200,7 +200,7 @@ class EvTableConfig:
     Demotion and probing
       Timeouts (on_loss), ALWAYS_SKIP verdicts and failed probes demote GOOD/SKIP EVs to
       ASSUMED_BAD at once ("ASSUMED_BAD after one silent timeout").
-      demote_same_path: a silent loss demotes every GOOD/SKIP EV whose path is the lost
+      demote_same_path: a timeout demotes every GOOD/SKIP EV whose path is the lost
         packet's (same plane, same path), not only the EV it was sent on. Where a plane has
         fewer distinct paths than EVs, entries repeat a path (an EV array of 20 per plane
         over a k=4 fat-tree's 4 paths holds each 5 times, as one EV value): the loss says
@@ -208,6 +208,9 @@ class EvTableConfig:
         corresponding EV" [P1 §2.1]), and each repeat left GOOD carried packets into the same
         hole until its own timeout found it (measured: one dead core link demoted the same
         path 5 times over 0.4 s, once per packet timeout, in link_failure_allreduce).
+        A loss inferred from SACK holes is weaker evidence (queues that differ by more than
+        the reordering guard look the same) and demotes its own EV only: on the whole path
+        it took half of an incast victim's paths out at once (10 EVs each), with nothing lost.
       ignore_losses_on_down_plane: timeouts on a plane that is down do not demote: the port
         failure explains them, and demoting would burn that plane's backups for nothing.
       backup_promotion: which same-plane backup replaces a demoted EV: "fifo" (oldest first) or
@@ -549,10 +552,11 @@ class EvTable:
             return False
         return self._demote(ev, EvReason.ALWAYS_SKIP)
 
-    def on_loss(self, ev_id: int, now: float | None = None) -> int:
+    def on_loss(self, ev_id: int, now: float | None = None, whole_path: bool = True) -> int:
         """Per-packet timeout with no SACK and no trim (silent loss): -> ASSUMED_BAD, with
-        the other usable EVs of the same path where `demote_same_path`. Returns how many
-        EVs were demoted."""
+        the other usable EVs of the same path where `demote_same_path` and `whole_path`
+        (False: a loss inferred from SACK holes, which may be reordering, takes only its
+        own EV out). Returns how many EVs were demoted."""
         ev = self._feedback_target(ev_id, now)
         if ev is None:
             return 0
@@ -562,7 +566,7 @@ class EvTable:
         if not self._demote(ev, EvReason.TIMEOUT):
             return 0
         demoted = 1
-        if self.config.demote_same_path:
+        if whole_path and self.config.demote_same_path:
             for other in list(self._by_id.values()):
                 if other.path == ev.path and other.plane == ev.plane \
                         and other.state in _USABLE_STATES:

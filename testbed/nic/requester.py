@@ -609,7 +609,8 @@ class Requester:
     def _on_silent_loss(self, now: float, record: SentPacket, inferred: bool = False) -> None:
         """A data packet vanished without a trim: its EV's path is presumed broken."""
         if self._table is not None and self._ev_fails(record.route.ev_id, inferred):
-            self._counters.ev_demotions += self._table.on_loss(record.route.ev_id, now)
+            self._counters.ev_demotions += self._table.on_loss(record.route.ev_id, now,
+                                                               whole_path=not inferred)
         if record.counted:
             self._cc.on_loss(record.length, now)
             record.counted = False
