@@ -544,8 +544,13 @@ def test_a_silent_loss_demotes_every_ev_on_its_path() -> None:
     assert {table.next_ev().path for _ in range(100)} == {"a", "b"} - {victim.path}
     reasons = [e.reason for e in table.poll_events()]
     assert reasons == [EvReason.TIMEOUT] * 5
-    # A loss on an EV already out changes nothing; nor does one with the option off.
+    # A loss on an EV already out changes nothing.
     assert table.on_loss(victim.ev_id, now=0.0) == 0
+    # A loss inferred from SACK holes (whole_path=False) takes its own EV only, and so
+    # does any loss with the option off.
+    other = next(ev for ev in table.active_evs() if ev.state is GOOD)
+    assert table.on_loss(other.ev_id, now=0.0, whole_path=False) == 1
+    assert sum(ev.state is GOOD for ev in table.evs() if ev.path == other.path) == 4
     single = EvTable({1: ["a", "b"]}, EvTableConfig(active_count=8, backup_per_plane=2,
                                                    demote_same_path=False), random.Random(3))
     assert single.on_loss(single.active_evs()[0].ev_id, now=0.0) == 1
