@@ -128,9 +128,11 @@ class Failure:
 LIMITS = '''**What limits these figures (analysis).** MRC recovers when every entropy
 value crossing the failed element is out of the rotation (the bypass
 column) and NSCC has regrown the window. A dead entropy value is found from
-the SACKs: a hole with 3 later PSNs acknowledged is resent at once on
-another entropy value, and two such losses on one entropy value demote it
-(or its per-packet timer, 11 base RTTs, whichever comes first); a
+the SACKs: a hole with a bandwidth-delay product of later PSNs
+acknowledged (the reordering guard) is resent at once on another entropy
+value, and two such losses on one entropy value demote it; its per-packet
+timer (11 base RTTs), if it comes first, demotes every entropy value on
+that path at once; a
 retransmission that lands on a second dead entropy value before that one
 is demoted is found the same way, by the packets sent after it. On the
 fabric's own timescale the timers do not go below those of the tuned
