@@ -168,7 +168,7 @@ def nscc_target_s(link_rate_bps: float, path_links: int,
 def reorder_guard_packets(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> int:
     """How far above a hole a SACKed PSN must be before the hole is read as
     lost: one bandwidth-delay product of the QP in packets, the reordering
-    guard of the ns-3 MRC model (docs/reliability.md). Sprayed packets on
+    guard of the ns-3 MRC model (docs/transport.md, item 21). Sprayed packets on
     paths whose queues differ arrive up to about a queue's worth out of
     order; at the hardware-like guard of 3 PSNs, the first steps of a job on
     a fault-free fat-tree read that reordering as loss and demoted 8-16

@@ -203,7 +203,7 @@ class EvTableConfig:
       demote_same_path: a timeout demotes every GOOD/SKIP EV whose path is the lost
         packet's (same plane, same path), not only the EV it was sent on. Where a plane has
         fewer distinct paths than EVs, entries repeat a path (an EV array of 20 per plane
-        over a k=4 fat-tree's 4 paths holds each 5 times, as one EV value): the loss says
+        over a k=4 fat-tree's 4 paths holds each 5 times, as one EV value): the timeout says
         the path failed ("MRC assumes the path has failed and immediately stops using the
         corresponding EV" [P1 §2.1]), and each repeat left GOOD carried packets into the same
         hole until its own timeout found it (measured: one dead core link demoted the same
