@@ -68,6 +68,7 @@ PROCESSING_RTT_S = 0.01  # Python endpoints and the userspace datapath add
 MTU = 1500               # a fabric's link MTU unless its spec says mtu= (IPv6 packet bytes)
 ETHERNET_HEADER_LEN = 14
 SACK_FRAME_BYTES = 158   # a SACK with its timestamp echo on the wire
+_DEFAULTS = TransportConfig()   # the hardware-scale values this profile departs from
 
 
 def data_frame_bytes(mtu: int = MTU) -> int:
@@ -174,9 +175,8 @@ def reorder_guard_packets(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> i
     a fault-free fat-tree read that reordering as loss and demoted 8-16
     healthy EVs per run (measured in link_failure_allreduce, quick form)."""
     bdp = qp_rate_bps * rtt_s / (data_frame_bytes(mtu) * 8)
-    defaults = TransportConfig()
-    return max(defaults.reorder_threshold,
-               min(defaults.max_reorder_threshold, math.ceil(bdp)))
+    return max(_DEFAULTS.reorder_threshold,
+               min(_DEFAULTS.max_reorder_threshold, math.ceil(bdp)))
 
 
 # The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
@@ -209,7 +209,7 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
         CcProfile.for_fabric(cc, link_rate_bps, rtt_s, mtu, signals.trimming,
                              ack_timeout_s=packet_timeout)
     skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_RTTS * rtt
-    reorder = TransportConfig().reorder_threshold if link_rate_bps is None \
+    reorder = _DEFAULTS.reorder_threshold if link_rate_bps is None \
         else reorder_guard_packets(link_rate_bps, rtt_s, mtu)
     return replace(
         QpProfile(),

@@ -567,7 +567,7 @@ class EvTable:
             return 0
         demoted = 1
         if whole_path and self.config.demote_same_path:
-            for other in list(self._by_id.values()):
+            for other in self._by_id.values():      # demotion never changes _by_id
                 if other.path == ev.path and other.plane == ev.plane \
                         and other.state in _USABLE_STATES:
                     demoted += self._demote(other, EvReason.TIMEOUT)

@@ -372,10 +372,8 @@ class Requester:
             ev = queue.popleft()
             if ev.state is not EvState.ASSUMED_BAD:
                 continue
-            probe_id = self._probes.issue(now, ev.ev_id, self._probe_timeout)
-            ts = _timestamp(now) if self._timestamps else None
-            data = ReliabilityProbe(self._peer_qp, probe_id, ts).encode()
-            out.append(Outgoing(ev.path, ev.plane, ev.ev_id, data, self._peer_addr))
+            self._emit_probe(now, ev, self._probes.issue(now, ev.ev_id, self._probe_timeout),
+                             out)
             self._counters.probes_sent += 1
             sent += 1
         return sent
@@ -389,13 +387,15 @@ class Requester:
         ev = table.next_ev(None, None, now=now)
         if ev is None:
             return 0
-        probe_id = ACK_REFRESH_PROBE_BIT | self._refresh_ids
+        self._emit_probe(now, ev, ACK_REFRESH_PROBE_BIT | self._refresh_ids, out)
         self._refresh_ids = (self._refresh_ids + 1) & (ACK_REFRESH_PROBE_BIT - 1)
+        self._counters.ack_refresh_probes += 1
+        return 1
+
+    def _emit_probe(self, now: float, ev: Any, probe_id: int, out: list[Outgoing]) -> None:
         ts = _timestamp(now) if self._timestamps else None
         data = ReliabilityProbe(self._peer_qp, probe_id, ts).encode()
         out.append(Outgoing(ev.path, ev.plane, ev.ev_id, data, self._peer_addr))
-        self._counters.ack_refresh_probes += 1
-        return 1
 
     # ------------------------------------------------------------------------- feedback
 
