@@ -135,7 +135,8 @@ def fabric_qp_profile(transport: str, link_rate_bps: float | None,
     rate, rtt = qp_reach(transport, link_rate_bps, planes, path_links, mtu)
     profile = emulated_qp_profile(rate, base_rtt_override_s or rtt,
                                   signals=signals,
-                                  cc=cc or DEFAULT_CC[transport], mtu=mtu)
+                                  cc=cc or DEFAULT_CC[transport], mtu=mtu,
+                                  queueing_rtt_s=rtt)
     config = profile.transport_config
     # A coalesced SACK waits at most as long as the packets it waits for
     # take at the port's rate; the hardware's 50 us is a twentieth of one
@@ -173,7 +174,13 @@ def reorder_guard_packets(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> i
     paths whose queues differ arrive up to about a queue's worth out of
     order; at the hardware-like guard of 3 PSNs, the first steps of a job on
     a fault-free fat-tree read that reordering as loss and demoted 8-16
-    healthy EVs per run (measured in link_failure_allreduce, quick form)."""
+    healthy EVs per run (measured in link_failure_allreduce, quick form).
+
+    `rtt_s` is the RTT of the shaped links and endpoints alone, never one a
+    hardware profile's delay stage lengthened: the stage holds every packet
+    for the same time, so it reorders nothing, and a guard sized on its RTT
+    (80 PSNs under mrc-8x100g, the whole window in flight) found a dead EV's
+    holes only once its packet timer fired (failover p50 11 base RTTs)."""
     bdp = qp_rate_bps * rtt_s / (data_frame_bytes(mtu) * 8)
     return max(_DEFAULTS.reorder_threshold,
                min(_DEFAULTS.max_reorder_threshold, math.ceil(bdp)))
@@ -187,9 +194,12 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
                         rtt_s: float = PROCESSING_RTT_S,
                         signals: CongestionSignals = NO_SIGNALS,
                         cc: str = NSCC_ALGORITHM,
-                        mtu: int = MTU) -> QpProfile:
+                        mtu: int = MTU,
+                        queueing_rtt_s: float | None = None) -> QpProfile:
     """The QP profile for a fabric whose base RTT is `rtt_s` (`base_rtt_s`)
-    and whose links carry `mtu`-byte packets.
+    and whose links carry `mtu`-byte packets. `queueing_rtt_s`: the part of
+    it that shaped links and endpoints make, where a hardware profile's delay
+    stage added the rest (the reordering guard is sized on it); None: all of it.
 
     With `link_rate_bps` (what the QP can reach, `qp_reach`) congestion
     control `cc` (NSCC unless told) keeps the shaped links' queues short,
@@ -210,7 +220,7 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
                              ack_timeout_s=packet_timeout)
     skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_RTTS * rtt
     reorder = _DEFAULTS.reorder_threshold if link_rate_bps is None \
-        else reorder_guard_packets(link_rate_bps, rtt_s, mtu)
+        else reorder_guard_packets(link_rate_bps, queueing_rtt_s or rtt_s, mtu)
     return replace(
         QpProfile(),
         cc_profile=cc_profile,

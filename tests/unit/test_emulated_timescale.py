@@ -106,3 +106,16 @@ def test_the_reorder_guard_is_one_bdp_of_the_qp_in_packets():
     assert reorder_guard_packets(1e5, 0.01) == 3
     assert reorder_guard_packets(1e11, 1.0) == 256
     assert fabric_qp_profile('mrc', None, 2, 6).transport_config.reorder_threshold == 3
+
+
+def test_a_delay_stage_leaves_the_reorder_guard_at_the_fabric_s_own_bdp():
+    # A hardware profile's delay stage holds every packet for the same time,
+    # so it adds RTT but no reordering: the guard stays the BDP of the shaped
+    # links and endpoints (30 at 10 Mbit/s x 2 planes), not of the stretched
+    # RTT (131 ms under mrc-8x100g would make it 217, most of the window).
+    plain = fabric_qp_profile('mrc', 10e6, 2, 6)
+    stretched = fabric_qp_profile('mrc', 10e6, 2, 6, base_rtt_override_s=0.131)
+    assert stretched.transport_config.reorder_threshold == \
+        plain.transport_config.reorder_threshold == 30
+    # ... while every timer follows the stretched RTT.
+    assert stretched.transport_config.packet_timeout_s == pytest.approx(11 * 0.131)
