@@ -28,7 +28,7 @@ from testbed.nic.hardware_profile import EmulatedTime, HardwareProfile, emulate
 from testbed.nic.qp_profile import QpProfile
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.transport_config import DEFAULT_CC, TransportConfig
-from testbed.nic.wire import IMMDT_LEN, max_payload
+from testbed.nic.wire import IMMDT_LEN, MPR_UNIT_PSNS, max_payload
 
 # Every endpoint timer in base RTTs of the fabric it runs on. The multiples
 # were tuned on the default scenario's fabric (TUNED_RTT_S, 18 ms), where
@@ -58,6 +58,7 @@ RETRY = RetryConfig(linear_cnt=7, exp_cnt=3)
 RC_RETRY = RetryConfig.verbs()
 MPR_UNITS = 2          # 256 PSNs in flight: the userspace datapath drops
                        # bursts much larger than its socket buffers
+                       # (more only under a hardware profile: mpr_units)
 ACTIVE_EVS = 32        # hardware keeps 128-256 EVs against a BDP of hundreds of packets;
                        # here the BDP is ~25 packets, and with 128 EVs a failure that
                        # kills a quarter of them cost more lost packets than the whole
@@ -186,6 +187,17 @@ def reorder_guard_packets(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> i
                min(_DEFAULTS.max_reorder_threshold, math.ceil(bdp)))
 
 
+def mpr_units(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> int:
+    """The QP's PSN window in MPR units: MPR_UNITS, or room for twice the
+    QP's bandwidth-delay product where a hardware profile's RTT holds more
+    (an RC QP on roce-800g's one port keeps 320 packets in flight; 256 PSNs
+    would cap it below line rate). Those packets wait in the receiving
+    endpoint's delay stage, not in the datapath's socket buffers, so the
+    burst limit behind MPR_UNITS is not theirs."""
+    bdp = qp_rate_bps * rtt_s / (data_frame_bytes(mtu) * 8)
+    return max(MPR_UNITS, math.ceil(2 * bdp / MPR_UNIT_PSNS))
+
+
 # The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
 TUNED_RTT_S = base_rtt_s(10e6, 6)
 
@@ -221,6 +233,7 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
     skip_target = None if signals.ecn else SKIP_QUEUEING_TARGET_RTTS * rtt
     reorder = _DEFAULTS.reorder_threshold if link_rate_bps is None \
         else reorder_guard_packets(link_rate_bps, queueing_rtt_s or rtt_s, mtu)
+    mpr = MPR_UNITS if link_rate_bps is None else mpr_units(link_rate_bps, rtt_s, mtu)
     return replace(
         QpProfile(),
         cc_profile=cc_profile,
@@ -233,5 +246,5 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
             reorder_threshold=reorder),
         ev_table=EvTableConfig(active_count=ACTIVE_EVS,
                                probe_interval_s=PROBE_INTERVAL_RTTS * rtt),
-        mpr=MPR_UNITS, mpr_dest=MPR_UNITS, timeout_s=packet_timeout,
+        mpr=mpr, mpr_dest=mpr, timeout_s=packet_timeout,
         retry=RETRY)

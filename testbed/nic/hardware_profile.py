@@ -17,6 +17,17 @@ cross-T1 point-to-point latency (6.54 us one way for a 2-byte message, so
 about twice that for the round trip; a 4 KB packet adds 0.33 us per hop).
 Source: Araujo et al., "Resilient AI Supercomputer Networking using MRC
 and SRv6", arXiv:2605.04333, sections 2 and 5.2.1.
+
+The RoCE baseline has profiles of its own, the NICs RoCE is deployed on:
+one port per GPU, not broken out into planes, at RoCE's largest MTU, 4 KB.
+`roce-400g` is Meta's RoCE training cluster ("400 Gbps interconnects
+between GPUs", Grattafiori et al., "The Llama 3 Herd of Models",
+arXiv:2407.21783, section 3.3.1); `roce-800g` is the paper's own 800G NIC
+left as one port, the design it sets the 8 x 100G planes against (section
+2). An RC QP keeps 160 and 320 packets in flight there, 4 and 8 times what
+one 100G port of the MRC NIC keeps. Their base RTT is the paper fabric's
+13.1 us, a lower bound: a single-plane fabric of the same size has more
+tiers, so RC's real window is, if anything, larger.
 """
 from __future__ import annotations
 
@@ -44,8 +55,15 @@ class HardwareProfile:
 PAPER_FABRIC = HardwareProfile(
     'mrc-8x100g', port_rate_bps=100e9, mtu=4096, base_rtt_s=13.1e-6,
     source='arXiv:2605.04333 §2 (8x100G planes), §5.2.1 (6.54 us one way)')
+ROCE_400G = HardwareProfile(
+    'roce-400g', port_rate_bps=400e9, mtu=4096, base_rtt_s=13.1e-6,
+    source='arXiv:2407.21783 §3.3.1 (400G RoCE per GPU); RTT as mrc-8x100g')
+ROCE_800G = HardwareProfile(
+    'roce-800g', port_rate_bps=800e9, mtu=4096, base_rtt_s=13.1e-6,
+    source='arXiv:2605.04333 §2 (the 800G NIC as one port); RTT as mrc-8x100g')
+ROCE_FABRICS = (ROCE_400G, ROCE_800G)
 HARDWARE_PROFILES: dict[str, HardwareProfile] = {
-    p.name: p for p in (PAPER_FABRIC,)}
+    p.name: p for p in (PAPER_FABRIC, *ROCE_FABRICS)}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ import pytest
 
 from testbed.nic.emulated_timescale import (PACKET_TIMEOUT_RTTS, base_rtt_s,
                                             fabric_qp_profile, packet_time_s)
-from testbed.nic.hardware_profile import HARDWARE_PROFILES, PAPER_FABRIC, emulate
+from testbed.nic.hardware_profile import (HARDWARE_PROFILES, PAPER_FABRIC, ROCE_400G,
+                                          ROCE_800G, ROCE_FABRICS, emulate)
+from testbed.nic.wire import MPR_UNIT_PSNS
 
 
 def test_the_paper_fabric_keeps_about_forty_packets_per_port_in_flight():
@@ -47,3 +49,27 @@ def test_timers_follow_the_profile_s_rtt():
         plain.ev_table.probe_interval_s * ratio)
     # SACK coalescing is counted in packet times, which the delay does not change.
     assert held.transport_config.ack_delay_s == plain.transport_config.ack_delay_s
+
+
+def test_the_roce_nics_keep_four_and_eight_times_the_mrc_port_s_packets():
+    # One 400G or 800G port, 4 KB, the same 13.1 us: 160 and 320 packets.
+    assert ROCE_400G.bdp_packets == pytest.approx(4 * PAPER_FABRIC.bdp_packets)
+    assert ROCE_800G.bdp_packets == pytest.approx(8 * PAPER_FABRIC.bdp_packets)
+    assert [HARDWARE_PROFILES[p.name] for p in ROCE_FABRICS] == [ROCE_400G, ROCE_800G]
+
+
+@pytest.mark.parametrize('profile, units', [(PAPER_FABRIC, 2), (ROCE_400G, 3),
+                                            (ROCE_800G, 5)])
+def test_an_rc_qp_s_psn_window_holds_twice_its_profile_s_packets(profile, units):
+    # RC is pinned to one port: its bandwidth-delay product is the port's
+    # (40, 160, 320 packets). The window never shrinks below the emulator's
+    # 2 units (256 PSNs), and grows to 2 x BDP where the profile holds more,
+    # or a QP could not reach line rate (256 < 320 on roce-800g).
+    rate, links = 10e6, 6
+    mtu = profile.mtu
+    t = emulate(profile, packet_time_s(rate, mtu), base_rtt_s(rate, links, mtu), mtu)
+    rc = fabric_qp_profile('rc', rate, 2, links, base_rtt_override_s=t.base_rtt_s,
+                           mtu=mtu)
+    assert rc.mpr == rc.mpr_dest == units
+    assert rc.mpr * MPR_UNIT_PSNS >= 2 * profile.bdp_packets * 0.99
+    assert fabric_qp_profile('rc', rate, 2, links, mtu=mtu).mpr == 2
