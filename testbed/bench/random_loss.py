@@ -57,9 +57,10 @@ paper's 100G ports with 4 KB packets and a 13 us RTT). Under `roce-400g`
 and `roce-800g`, the NICs RoCE is deployed on, it has one 400G or 800G
 port: 160 or 320 packets in flight over the same RTT (a lower bound: such
 a fabric has more tiers), and at 1% loss it resends more than it delivers,
-the mechanism behind the paper's "RoCE unusable at 1%". Kernel TCP (SACK, CUBIC) has no delay stage, so it runs on the
-fabric's own small bandwidth-delay product under every profile (in 4 KB
-segments), and loses almost nothing.'''
+the mechanism behind the paper's "RoCE unusable at 1%". Kernel TCP (SACK,
+CUBIC) has no delay stage, so it runs on the fabric's own small
+bandwidth-delay product under every profile (in 4 KB segments), and loses
+almost nothing.'''
 
 
 def run(ctx: BenchContext) -> SectionResult:
