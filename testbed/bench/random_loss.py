@@ -170,11 +170,28 @@ def report(ctx: BenchContext, trials: list[Trial], size_mb: float) -> str:
         md_table(['loss', 'timescale', 'transport', 'throughput',
                   'of loss-free', 'retransmitted', 'completed'], rows),
         'Side by side (fraction of loss-free, per repetition): ' + '; '.join(
-            '%g%%, %s: %s' % (x, scale, side_by_side(
-                [t for t in trials if t.values['loss_pct'] == x
-                 and t.values['timescale'] == scale], 'fraction'))
+            '%g%%, %s: %s' % (x, _pair_label(scale), side_by_side(
+                _pair(trials, x, scale), 'fraction'))
             for x in lossy for scale in scales) + '.',
         '![random loss](%s)' % ctx.link(image)])
+
+
+def _pair(trials: list[Trial], loss: float, scale: str) -> list[Trial]:
+    """The trials at `loss` to set side by side on `scale`: its own, and
+    where it has no MRC row (a RoCE NIC profile) MRC's on the MRC NIC, each
+    transport on the NIC it is deployed on."""
+    at = [t for t in trials if t.values['loss_pct'] == loss]
+    mine = [t for t in at if t.values['timescale'] == scale]
+    if any(t.transport == 'mrc' for t in mine):
+        return mine
+    return mine + [t for t in at if t.transport == 'mrc'
+                   and t.values['timescale'] == PAPER_FABRIC.name]
+
+
+def _pair_label(scale: str) -> str:
+    if scale in {p.name for p in ROCE_FABRICS}:
+        return '%s (MRC under %s)' % (scale, PAPER_FABRIC.name)
+    return scale
 
 
 def _not_applied(trials: list[Trial]) -> str:
