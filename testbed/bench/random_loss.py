@@ -129,7 +129,7 @@ def report(ctx: BenchContext, trials: list[Trial], size_mb: float) -> str:
     scales = list(dict.fromkeys(t.values['timescale'] for t in trials))
     for loss in losses:
         for scale in scales:
-            label = '%g%% loss, %s' % (loss, scale)
+            label = '%g%% loss\n%s' % (loss, scale.replace(' ', '\n'))
             groups[label] = {}
             at = [t for t in trials if t.values['loss_pct'] == loss
                   and t.values['timescale'] == scale]
