@@ -168,6 +168,11 @@ def nscc_target_s(link_rate_bps: float, path_links: int,
                                mtu, trimming).target_delay_s
 
 
+def bdp_packets(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> float:
+    """Full data packets a QP reaching `qp_rate_bps` keeps in flight over `rtt_s`."""
+    return qp_rate_bps * rtt_s / (data_frame_bytes(mtu) * 8)
+
+
 def reorder_guard_packets(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> int:
     """How far above a hole a SACKed PSN must be before the hole is read as
     lost: one bandwidth-delay product of the QP in packets, the reordering
@@ -183,9 +188,8 @@ def reorder_guard_packets(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> i
     (80 PSNs under mrc-8x100g, the whole window in flight) often found a
     dead EV's holes only once its packet timer fired: link-failure recovery
     took up to 20 base RTTs in 10 draws, against 6.6 with this guard."""
-    bdp = qp_rate_bps * rtt_s / (data_frame_bytes(mtu) * 8)
-    return max(_DEFAULTS.reorder_threshold,
-               min(_DEFAULTS.max_reorder_threshold, math.ceil(bdp)))
+    return max(_DEFAULTS.reorder_threshold, min(
+        _DEFAULTS.max_reorder_threshold, math.ceil(bdp_packets(qp_rate_bps, rtt_s, mtu))))
 
 
 def mpr_units(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> int:
@@ -195,8 +199,8 @@ def mpr_units(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> int:
     would cap it below line rate). Those packets wait in the receiving
     endpoint's delay stage, not in the datapath's socket buffers, so the
     burst limit behind MPR_UNITS is not theirs."""
-    bdp = qp_rate_bps * rtt_s / (data_frame_bytes(mtu) * 8)
-    return max(MPR_UNITS, math.ceil(2 * bdp / MPR_UNIT_PSNS))
+    return max(MPR_UNITS, math.ceil(
+        2 * bdp_packets(qp_rate_bps, rtt_s, mtu) / MPR_UNIT_PSNS))
 
 
 # The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
