@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         result = importlib.import_module('testbed.bench.' + key).run(ctx)
         result.seconds = time.monotonic() - t0
+        result.commit = code_version(repo)
         results.append(result)
         keep(raw, result, started)
         ctx.say(key, 'done in %.0f s' % result.seconds)
@@ -120,7 +122,8 @@ def keep(raw: Path, result, started: str) -> None:
     kept = json.loads(index.read_text()) if index.exists() else {
         'started': started, 'sections': []}
     kept['sections'].append({'key': result.key, 'title': result.title,
-                             'seconds': round(result.seconds, 1)})
+                             'seconds': round(result.seconds, 1),
+                             'commit': result.commit})
     index.write_text(json.dumps(kept, indent=1))
 
 
@@ -133,8 +136,24 @@ def resumed(raw: Path) -> tuple[Path, str, list]:
     kept = json.loads(index.read_text())
     return raw, kept['started'], [SectionResult(
         s['key'], s['title'], (raw / ('%s.md' % s['key'])).read_text(),
-        json.loads((raw / ('%s.json' % s['key'])).read_text()), s['seconds'])
-        for s in kept['sections']]
+        json.loads((raw / ('%s.json' % s['key'])).read_text()), s['seconds'],
+        s.get('commit')) for s in kept['sections']]
+
+
+def code_version(repo: Path | None) -> str | None:
+    """The checkout's commit, `-dirty` if it has uncommitted changes; None
+    outside a git checkout."""
+    if repo is None:
+        return None
+    try:
+        done = subprocess.run(['git', '-C', str(repo), 'describe', '--always',
+                               '--dirty'], capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 def main(argv: list[str] | None = None) -> int:

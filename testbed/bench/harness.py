@@ -220,3 +220,6 @@ class SectionResult:
     markdown: str
     data: dict
     seconds: float = 0.0
+    # The code it was measured with (`git describe --always --dirty`); None
+    # outside a git checkout or for a section kept before this was recorded.
+    commit: str | None = None

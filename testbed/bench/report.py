@@ -59,14 +59,16 @@ def write_report(path: Path, results: Sequence[SectionResult], started: str,
         '# Benchmarks',
         '',
         'Written by `%s` (%s): every figure in the tables, charts and section '
-        'text comes from that one run, and nothing is edited by hand; each '
+        'text comes from that %s, and nothing is edited by hand; each '
         '*What limits these figures (analysis)* paragraph is reasoning kept '
         'in the section\'s code (`testbed/bench/`), read against the figures, '
         'not measured by the run. Raw per-trial data: `%s/`.'
         % (command(args), 'quick smoke version: not for publishing'
-           if args.quick else 'full run', raw),
+           if args.quick else 'full run', 'run' if len(code_versions(results)) < 2
+           else 'run and the sections it resumed', raw),
         '',
         '- **Machine:** %s.' % machine(),
+        *code_line(results),
         '- **Started:** %s; took %.0f min (%s).' % (
             started, total / 60, ', '.join('%s %.0f s' % (r.key, r.seconds)
                                            for r in results)),
@@ -89,6 +91,27 @@ def write_report(path: Path, results: Sequence[SectionResult], started: str,
             for i, r in enumerate(results, 1)]
     path.write_text('\n'.join(head) + '\n\n' + '\n\n'.join(body) + '\n')
     return path
+
+
+def code_versions(results: Sequence[SectionResult]) -> dict[str | None, list[str]]:
+    """Commit -> the sections measured with it."""
+    versions: dict[str | None, list[str]] = {}
+    for r in results:
+        versions.setdefault(r.commit, []).append(r.key)
+    return versions
+
+
+def code_line(results: Sequence[SectionResult]) -> list[str]:
+    """Which code measured which sections, when a resumed run mixes them."""
+    versions = code_versions(results)
+    if len(versions) < 2:
+        only = next(iter(versions), None)
+        return ['- **Code:** %s.' % only] if only else []
+    return ['- **Code:** sections measured with different code (a resumed '
+            'run): %s.' % '; '.join(
+                '%s at %s' % (', '.join(keys), commit or 'a commit not '
+                              'recorded (before the bench recorded it)')
+                for commit, keys in versions.items())]
 
 
 def limits(key: str) -> str:

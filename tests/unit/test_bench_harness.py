@@ -7,8 +7,9 @@ import pytest
 
 from testbed.bench.cli import parse_args, sections
 from testbed.bench.sections import SECTIONS
-from testbed.bench.harness import Spread, Trial, md_table, side_by_side, spread
-from testbed.bench.report import anchor
+from testbed.bench.harness import (SectionResult, Spread, Trial, md_table,
+                                   side_by_side, spread)
+from testbed.bench.report import anchor, code_line
 from testbed.workload.metrics import recovery_time
 from testbed.workload.runner import TransportRun
 
@@ -63,14 +64,14 @@ def test_recovery_after_capacity_loss_uses_what_is_left() -> None:
 
 def test_a_stopped_run_resumes_with_what_it_finished(tmp_path) -> None:
     from testbed.bench.cli import keep, resumed
-    from testbed.bench.harness import SectionResult
     keep(tmp_path, SectionResult('failover', 'Failover', '| a |\n', {'n': 1},
-                                 12.5), '2026-11-29 22:35 UTC')
+                                 12.5, 'abc1234'), '2026-11-29 22:35 UTC')
     raw, started, results = resumed(tmp_path)
     assert (raw, started) == (tmp_path, '2026-11-29 22:35 UTC')
     [back] = results
-    assert (back.key, back.title, back.markdown, back.data, back.seconds) == \
-        ('failover', 'Failover', '| a |\n', {'n': 1}, 12.5)
+    assert (back.key, back.title, back.markdown, back.data, back.seconds,
+            back.commit) == ('failover', 'Failover', '| a |\n', {'n': 1}, 12.5,
+                             'abc1234')
     with pytest.raises(SystemExit, match='no sections.json'):
         resumed(tmp_path / 'elsewhere')
 
@@ -134,3 +135,13 @@ def test_an_untrusted_trial_that_did_not_saturate_is_not_retried(monkeypatch) ->
     missing = {'trusted': False, 'saturated': False, 'reasons': ['no netem']}
     trial, runs, said = _retrying(monkeypatch, [missing, CLEAN])
     assert (trial.trusted, trial.attempts, runs, said) == (False, 1, 1, [])
+
+
+def test_a_report_names_the_code_of_each_section_when_a_resumed_run_mixes_them():
+    fresh = SectionResult('incast', 'Incast', '', {}, 1.0, 'abc1234')
+    old = SectionResult('failover', 'Failover', '', {}, 1.0, None)
+    assert code_line([fresh]) == ['- **Code:** abc1234.']
+    assert code_line([]) == []
+    mixed = code_line([old, fresh])[0]
+    assert 'failover at a commit not recorded' in mixed
+    assert 'incast at abc1234' in mixed
