@@ -82,12 +82,15 @@ over every path of every plane, so its flows finish together. Its ceiling
 here is the dashed line, not the 90.6% of one QP alone: every host sends
 one flow and receives another, so each of its links carries one flow's data
 and, the same way, another flow's SACKs (158 bytes on the wire for every
-second 1,510-byte data packet). With 8 hosts every link on the way is
-loaded to the NIC rate and sprayed packets of different flows meet in
-queues at every hop; at 3 Mbit/s a packet time is a ninth of the base RTT
-(37 ms), where on hardware it is about a hundredth, so the few packets of
-queueing per hop that hardware absorbs within an RTT cost a visible share
-of the window here (issue: hardware-proportional time). The *4 hosts* row
+second 1,510-byte data packet); *of ceiling* is goodput over that line.
+With 8 hosts every link on the way is loaded to the NIC rate and sprayed
+packets of different flows meet in queues at every hop: a port loaded to
+90 % by random arrivals holds about 4 packets with no congestion at all,
+on any timescale, while a packet time here is a ninth of the base RTT (37
+ms), where on hardware it is about a hundredth; the switch ports mark
+above a whole NSCC target of queue (R × T, 7 packets here) so that this
+natural queue is not read as congestion (at R × T / 2, 3.4 packets, MRC
+reached 72-74 % of line rate: `testbed/fabric/signals.py`). The *4 hosts* row
 leaves the links past the edge switches half loaded, and MRC gets close to
 its ceiling. The *no signals* rows show what the switch ports' marks and
 trims change: NSCC's queueing falls to a quarter of its target or less, the
@@ -156,6 +159,8 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
             frac = spread(mine, 'fraction')
             groups[label][transport] = frac
             rows.append((label, transport, frac.text('%.0f', 100, '%'),
+                         frac.text('%.0f', 100 / SACKED_CEILING, '%')
+                         if transport == 'mrc' else '—',
                          spread(mine, 'mean_flow_fraction').text('%.0f', 100, '%'),
                          spread(mine, 'queue_p50_targets').text('%.2f', unit='×'),
                          spread(mine, 'queue_p99_targets').text('%.2f', unit='×'),
@@ -187,6 +192,7 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
         % (size_mb, ctx.reps, rejected_note(every), retried_note(every),
            RATE_MBIT),
         md_table(['fabric', 'transport', 'goodput / ideal',
+                  'of MRC\'s ceiling (%.0f%%)' % (100 * SACKED_CEILING),
                   'mean flow rate / ideal', "NSCC's queueing p50 / target",
                   'p99 / target', 'last flow done', 'slowest / '
                   'fastest flow', 'all flows done'], rows),
