@@ -140,20 +140,30 @@ def resumed(raw: Path) -> tuple[Path, str, list]:
         s.get('commit')) for s in kept['sections']]
 
 
+# What a bench run itself rewrites in the checkout: not a change of the code.
+BENCH_OUTPUTS = ('BENCHMARKS.md', 'docs/images')
+
+
 def code_version(repo: Path | None) -> str | None:
-    """The checkout's commit, `-dirty` if it has uncommitted changes; None
-    outside a git checkout."""
+    """The checkout's commit, `-dirty` if it has uncommitted changes other
+    than the bench's own outputs; None outside a git checkout."""
     if repo is None:
         return None
+    head = _git(repo, 'rev-parse', '--short', 'HEAD')
+    if head is None:
+        return None
+    changed = _git(repo, 'status', '--porcelain', '--untracked-files=no',
+                   '--', '.', *(':(exclude)%s' % p for p in BENCH_OUTPUTS))
+    return head + '-dirty' if changed else head
+
+
+def _git(repo: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(['git', '-C', str(repo), 'describe', '--always',
-                               '--dirty'], capture_output=True, text=True,
-                              timeout=10)
+        done = subprocess.run(['git', '-C', str(repo), *args],
+                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,8 +76,22 @@ room for the overshoot (four spines per plane for two busy hosts' worth
 of traffic, as a T0's 256 uplinks have); on the fat-tree two
 aggregation-to-edge links per plane carry exactly the incast's and the
 victim's fair shares, and the *rtx* and *trims* columns show what the
-victim pays there. Without signals the same queues grow until NSCC's delay reacts, and
-what overflows is lost and found by timeouts. RC runs DCQCN on a RoCE
+victim pays there. MRC's retransmissions are its trims, one for one. Seven
+QPs start at once, each at NSCC's initial window, MaxWnd = 1.5 BDP (UEC):
+7 × 38.8 kB in the first RTT, of which h1's two ports carry one BDP
+(25.9 kB) and queue two trim thresholds (2 × 19.4 kB); the other ~207 kB,
+~140 packets, are trimmed whatever happens next, 2.6 % of the 8 MB a trial
+delivers. The rest are trimmed in the steady state: with no mark on the
+last hop NSCC sees its delay above target without ECN and increases
+(UEC's quadrant for a queue it did not cause), the queue at h1's ports
+stays at the trim threshold (NSCC's queueing p50 about 4 targets), and
+each trim takes back about a packet of window, plus the responder's
+penalty. Quick adapt, which would cut a sender to what it delivered,
+fires only below MaxWnd / 8 delivered per period (4.8 kB), under a 7 -> 1
+incast's fair share (6.5 kB per period): it hits the senders already below
+their share, and the incast's flows finish seconds apart (*incast
+spread*). Without signals the same queues grow until NSCC's delay reacts,
+and what overflows is lost and found by timeouts. RC runs DCQCN on a RoCE
 fabric (its last hop into a host marks too, where the incast's bottleneck
 is), its rate cut by CNPs: the paper reports DCQCN's victim losing 25-75%.'''
 

@@ -145,3 +145,27 @@ def test_a_report_names_the_code_of_each_section_when_a_resumed_run_mixes_them()
     mixed = code_line([old, fresh])[0]
     assert 'failover at a commit not recorded' in mixed
     assert 'incast at abc1234' in mixed
+
+
+def test_the_code_version_ignores_what_the_bench_itself_rewrites(tmp_path):
+    import subprocess
+    from testbed.bench.cli import code_version
+
+    def git(*args):
+        subprocess.run(['git', '-C', str(tmp_path), '-c', 'user.name=t',
+                        '-c', 'user.email=t@t', *args], check=True,
+                       capture_output=True)
+    git('init', '-q')
+    (tmp_path / 'docs' / 'images').mkdir(parents=True)
+    for name in ('BENCHMARKS.md', 'docs/images/a.png', 'code.py'):
+        (tmp_path / name).write_text('before')
+    git('add', '.')
+    git('commit', '-qm', 'x')
+    clean = code_version(tmp_path)
+    assert clean and not clean.endswith('-dirty')
+    (tmp_path / 'BENCHMARKS.md').write_text('after')
+    (tmp_path / 'docs/images/a.png').write_text('after')
+    assert code_version(tmp_path) == clean
+    (tmp_path / 'code.py').write_text('after')
+    assert code_version(tmp_path) == clean + '-dirty'
+    assert code_version(None) is None
