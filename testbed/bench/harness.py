@@ -220,6 +220,7 @@ class SectionResult:
     markdown: str
     data: dict
     seconds: float = 0.0
-    # The code it was measured with (`git describe --always --dirty`); None
-    # outside a git checkout or for a section kept before this was recorded.
+    # The code it was measured with (`cli.code_version`: the commit, -dirty
+    # with uncommitted changes); None outside a git checkout or for a
+    # section kept before this was recorded.
     commit: str | None = None

@@ -81,7 +81,9 @@ QPs start at once, each at NSCC's initial window, MaxWnd = 1.5 BDP (UEC):
 7 × 38.8 kB in the first RTT, of which h1's two ports carry one BDP
 (25.9 kB) and queue two trim thresholds (2 × 19.4 kB); the other ~207 kB,
 ~140 packets, are trimmed whatever happens next, 2.6 % of the 8 MB a trial
-delivers. The rest are trimmed in the steady state: with no mark on the
+delivers (in a throwaway count of the switch counters, ~200 of a trial's
+~300 trims fell in its first half second). The rest are trimmed in the
+steady state: with no mark on the
 last hop NSCC sees its delay above target without ECN and increases
 (UEC's quadrant for a queue it did not cause), the queue at h1's ports
 stays at the trim threshold (NSCC's queueing p50 about 4 targets), and

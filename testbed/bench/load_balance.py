@@ -82,7 +82,7 @@ over every path of every plane, so its flows finish together. Its ceiling
 here is the dashed line, not the 90.6% of one QP alone: every host sends
 one flow and receives another, so each of its links carries one flow's data
 and, the same way, another flow's SACKs (158 bytes on the wire for every
-second 1,510-byte data packet); *of ceiling* is goodput over that line.
+second 1,510-byte data packet); *of MRC's ceiling* is goodput over that line.
 With 8 hosts every link on the way is loaded to the NIC rate and sprayed
 packets of different flows meet in queues at every hop: a port loaded to
 90 % by random arrivals holds about 4 packets with no congestion at all,
