@@ -158,14 +158,20 @@ def measure(trial: Trial, plan) -> None:
         completed=all(f.status == 'done' for f in run.flows))
 
 
+def fabric_of(trial: Trial) -> str:
+    """The label of the fabric a trial ran on (its condition is
+    `label: workload`, as `_trial` names it)."""
+    return trial.condition.split(': ')[0]
+
+
 def relative(trials: list[Trial]) -> None:
     """The victim's throughput with the incast over without it, same fabric,
     same rep."""
-    alone = {(t.condition.split(':')[0], t.transport, t.rep):
+    alone = {(fabric_of(t), t.transport, t.rep):
              t.values['victim_mbps'] for t in trials
              if t.condition.endswith(ALONE) and t.trusted}
     for t in trials:
-        base = alone.get((t.condition.split(':')[0], t.transport, t.rep))
+        base = alone.get((fabric_of(t), t.transport, t.rep))
         t.values['victim_kept'] = t.values['victim_mbps'] / base \
             if base and t.condition.endswith(LOADED) else None
 
@@ -182,7 +188,7 @@ def cnp_text(trials: list[Trial]) -> str:
 def on_fabric(trials: list[Trial], fabric: Fabric,
               condition: str | None = None) -> list[Trial]:
     """The trials run on `fabric`, under `condition` if given."""
-    return [t for t in trials if t.condition.split(': ')[0] == fabric.label
+    return [t for t in trials if fabric_of(t) == fabric.label
             and (condition is None or t.condition.endswith(condition))]
 
 

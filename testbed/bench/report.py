@@ -55,6 +55,7 @@ def command(args: argparse.Namespace) -> str:
 def write_report(path: Path, results: Sequence[SectionResult], started: str,
                  args: argparse.Namespace, raw: Path) -> Path:
     total = sum(r.seconds for r in results)
+    versions = code_versions(results)
     head = [
         '# Benchmarks',
         '',
@@ -64,11 +65,11 @@ def write_report(path: Path, results: Sequence[SectionResult], started: str,
         'in the section\'s code (`testbed/bench/`), read against the figures, '
         'not measured by the run. Raw per-trial data: `%s/`.'
         % (command(args), 'quick smoke version: not for publishing'
-           if args.quick else 'full run', 'run' if len(code_versions(results)) < 2
+           if args.quick else 'full run', 'run' if len(versions) < 2
            else 'run and the sections it resumed', raw),
         '',
         '- **Machine:** %s.' % machine(),
-        *code_line(results),
+        *code_line(versions),
         '- **Started:** %s; took %.0f min (%s).' % (
             started, total / 60, ', '.join('%s %.0f s' % (r.key, r.seconds)
                                            for r in results)),
@@ -101,9 +102,9 @@ def code_versions(results: Sequence[SectionResult]) -> dict[str | None, list[str
     return versions
 
 
-def code_line(results: Sequence[SectionResult]) -> list[str]:
-    """Which code measured which sections, when a resumed run mixes them."""
-    versions = code_versions(results)
+def code_line(versions: dict[str | None, list[str]]) -> list[str]:
+    """Which code measured which sections (`code_versions`), each named
+    when a resumed run mixes them."""
     if len(versions) < 2:
         only = next(iter(versions), None)
         return ['- **Code:** %s.' % only] if only else []

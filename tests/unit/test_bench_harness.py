@@ -9,7 +9,7 @@ from testbed.bench.cli import parse_args, sections
 from testbed.bench.sections import SECTIONS
 from testbed.bench.harness import (SectionResult, Spread, Trial, md_table,
                                    side_by_side, spread)
-from testbed.bench.report import anchor, code_line
+from testbed.bench.report import anchor, code_line, code_versions
 from testbed.workload.metrics import recovery_time
 from testbed.workload.runner import TransportRun
 
@@ -140,9 +140,9 @@ def test_an_untrusted_trial_that_did_not_saturate_is_not_retried(monkeypatch) ->
 def test_a_report_names_the_code_of_each_section_when_a_resumed_run_mixes_them():
     fresh = SectionResult('incast', 'Incast', '', {}, 1.0, 'abc1234')
     old = SectionResult('failover', 'Failover', '', {}, 1.0, None)
-    assert code_line([fresh]) == ['- **Code:** abc1234.']
-    assert code_line([]) == []
-    mixed = code_line([old, fresh])[0]
+    assert code_line(code_versions([fresh])) == ['- **Code:** abc1234.']
+    assert code_line(code_versions([])) == []
+    mixed = code_line(code_versions([old, fresh]))[0]
     assert 'failover at a commit not recorded' in mixed
     assert 'incast at abc1234' in mixed
 
