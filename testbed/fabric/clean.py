@@ -21,8 +21,9 @@ OUR_NETNS_PREFIX = 'mrc'
 OUR_NFT_PREFIX = 'mrc_'
 WORKDIR_GLOB = '/tmp/mrc-fabric-*'
 # Switch names of testbed/topologies/ and their ports: a run killed before it tagged
-# its links leaves these untagged.
-OUR_LINK_NAME = re.compile(r'^p\d+(c\d+|[ae]\d+x\d+|[ls]\d+)(-eth\d+)?$')
+# its links leaves these untagged, and the stages of an afxdp=1 fabric's links
+# (testbed.fabric.port_stage: a switch port's or a host port's name and 's').
+OUR_LINK_NAME = re.compile(r'^(p\d+(c\d+|[ae]\d+x\d+|[ls]\d+)(-eth\d+s?)?|h\d+-p\d+s)$')
 
 
 def our_processes() -> dict[int, str]:

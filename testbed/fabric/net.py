@@ -32,7 +32,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
-from testbed.fabric import ovs, signals, verbosity
+from testbed.fabric import ovs, port_stage, signals, verbosity
 from testbed.fabric.convergence import DEFAULT_CONVERGENCE_DELAY_S
 from testbed.fabric.features import ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
@@ -82,7 +82,10 @@ class FabricNet:
             raise FabricError('convergence delay must be >= 0 s, got %r'
                               % (convergence_delay_s,))
         self.convergence_delay_s = float(convergence_delay_s)
-        self.datapath = datapath or ovs_datapath()
+        # afxdp=1: AF_XDP switch ports, each link staged (port_stage); they
+        # exist only in the userspace datapath.
+        self.afxdp = bool(spec.kwargs().get('afxdp'))
+        self.datapath = 'user' if self.afxdp else datapath or ovs_datapath()
         # Before the run lock, OVS or any namespace: a link option the
         # kernel cannot apply is refused, not left to TCLink's logged errors.
         self.topo = spec.build()
@@ -93,6 +96,8 @@ class FabricNet:
                 spec.kwargs(), self.plan.longest_path_links)
         except (FeatureMissing, LinkOptionError) as err:
             raise FabricError('%s: %s' % (spec, err)) from err
+        if self.afxdp:
+            self._check_afxdp()
         self.signals: signals.SignallingPorts | None = None
         # The one road of the link rate: what every link is shaped to (the
         # spec's bw=), None on unshaped links. Drivers size their QPs on it.
@@ -137,6 +142,8 @@ class FabricNet:
                          protocols='OpenFlow13,OpenFlow15', batch=True)
         # build=False: self.net exists before any node does, so stop() can
         # tear down a network whose build failed half way.
+        if self.afxdp:
+            port_stage.stage_links(self.topo)
         self.net = Mininet(topo=self.topo, switch=switch, host=FabricHost,
                            controller=partial(UsidControllerNode,
                                               ip='127.0.0.1', port=port),
@@ -147,6 +154,8 @@ class FabricNet:
         ovs.tag_links(root_links)
         self.links_tagged = True
         quiet_root_links(root_links)
+        if self.afxdp:
+            self._open_afxdp_ports()
         t1 = time.monotonic()
         self._wait_flows()
         t2 = time.monotonic()
@@ -167,17 +176,32 @@ class FabricNet:
         self.net.configLinkStatus(a, b, 'up' if up else 'down')
 
     def _root_links(self) -> list[str]:
-        """Switch ports and bridge taps: our links in the root netns."""
+        """Switch ports, link stages and bridge taps: our links in the root
+        netns."""
         assert self.net is not None
         return [i.name for s in self.net.switches for i in s.intfList()
-                if i.name != 'lo'] + [s.name for s in self.net.switches]
+                if i.name != 'lo'] + [s.name for s in self.net.switches] + \
+            port_stage.stages(self.net.links)
+
+    def _check_afxdp(self) -> None:
+        if os.geteuid() == 0 and 'afxdp' not in ovs.interface_types():
+            raise FabricError('%s: afxdp=1 needs Open vSwitch with AF_XDP ports '
+                              '(see `mrc-testbed doctor`)' % self.spec)
+
+    def _open_afxdp_ports(self) -> None:
+        """Every switch port re-opened as an `afxdp` port a PMD thread polls,
+        in native XDP mode (port_stage says why), the PMD thread allowed to
+        sleep while its ports are idle (the setting restored at teardown)."""
+        before = ovs.pmd_max_sleep(ovs.PMD_MAX_SLEEP_US)
+        self.add_cleanup(partial(ovs.pmd_max_sleep, before))
+        ovs.set_port_type(self.switch_ports, 'afxdp', xdp_mode='native')
 
     def _raise_tx_buffer(self) -> None:
         """The userspace datapath's one transmit socket must hold what every
         shaped queue of the fabric may hold (ovs.raise_tx_buffer says why).
         OVS makes it at its first transmit: one probe on one path does."""
-        if self.datapath != 'user':
-            return
+        if self.datapath != 'user' or self.afxdp:
+            return          # AF_XDP ports send through their own rings
         if ovs.raise_tx_buffer() is None:
             src, dst = self.plan.hosts[0], self.plan.hosts[-1]
             prober = PathProber(self.plan, {h: self.host_pid(h)
@@ -224,7 +248,8 @@ class FabricNet:
                 peer = intf.link.intf2 if intf.link.intf1 is intf else \
                     intf.link.intf1
                 ports[intf.name] = signals.PortInfo(
-                    switch.name, peer.node.name, isinstance(peer.node, Host))
+                    switch.name, peer.node.name, isinstance(peer.node, Host),
+                    port_stage.queue_of(intf))
         return ports
 
     def add_cleanup(self, cleanup: Callable[[], None]) -> None:

@@ -260,8 +260,16 @@ def _set_sndbuf(pid: int, fd: int, size: int) -> int:
 # qdisc and tc egress hook (in generic mode the kernel's xsk transmit calls
 # the driver directly), so on a shaped fabric neither the HTB nor the
 # switch-port program would see what the switch sends: BENCHMARKS.md §6
-# measures both.
-PORT_TYPES = ('system', 'afxdp-nonpmd')
+# measures both. `afxdp` ports are polled by a PMD thread instead of the main
+# thread; a fabric built with afxdp=1 gives them a queue in front
+# (testbed.fabric.port_stage).
+PORT_TYPES = ('system', 'afxdp-nonpmd', 'afxdp')
+XDP_MODES = ('generic', 'native')
+# A PMD thread polls flat out unless told it may sleep when its ports are
+# idle (OVS >= 3.1, `other_config:pmd-maxsleep`, microseconds): 50 us keeps
+# a queue's wait far below a link's serialisation time here (~2.4 ms for a
+# full frame at 5 Mbit/s) and lets the PMD thread give the core back.
+PMD_MAX_SLEEP_US = 50
 
 
 def interface_types() -> list[str]:
@@ -270,16 +278,21 @@ def interface_types() -> list[str]:
     return [t.strip(' "') for t in out.strip().strip('[]').split(',') if t.strip()]
 
 
-def set_port_type(ports: list[str], port_type: str, timeout_s: float = 60.0) -> None:
+def set_port_type(ports: list[str], port_type: str, timeout_s: float = 60.0,
+                  xdp_mode: str = 'generic') -> None:
     """Re-open every one of `ports` (switch ports of a running fabric) as
-    `port_type`, in one transaction, and wait until OVS has them all."""
+    `port_type`, in one transaction, and wait until OVS has them all.
+    `xdp_mode` for AF_XDP ports: veths have no zero-copy mode; `native` is
+    what a staged port needs (testbed.fabric.port_stage)."""
     if port_type not in PORT_TYPES:
         raise ValueError('port type %r: one of %s' % (port_type, ', '.join(PORT_TYPES)))
+    if xdp_mode not in XDP_MODES:
+        raise ValueError('xdp mode %r: one of %s' % (xdp_mode, ', '.join(XDP_MODES)))
     args: list[str] = []
     for port in ports:
         args += ['--', 'set', 'interface', port, 'type=%s' % port_type]
         if port_type.startswith('afxdp'):
-            args.append('options:xdp-mode=generic')    # veths have no zero-copy mode
+            args.append('options:xdp-mode=%s' % xdp_mode)
     result = _vsctl(*args, timeout=int(timeout_s))
     if result.returncode:
         raise RuntimeError('ovs-vsctl could not make the ports %s: %s'
@@ -298,3 +311,15 @@ def _port_errors(ports: list[str]) -> list[str]:
     return ['%s: %s' % (name, error or 'no OpenFlow port')
             for name, ofport, error in (line.split(',', 2) for line in out.splitlines())
             if error or not ofport.strip().isdigit() or int(ofport) < 1]
+
+
+def pmd_max_sleep(us: int | None) -> int | None:
+    """Set `other_config:pmd-maxsleep` (None removes it); what it was before."""
+    out = _vsctl('--if-exists', 'get', 'Open_vSwitch', '.',
+                 'other_config:pmd-maxsleep').stdout.strip().strip('"')
+    before = int(out) if out.isdigit() else None
+    if us is None:
+        _vsctl('remove', 'Open_vSwitch', '.', 'other_config', 'pmd-maxsleep')
+    else:
+        _vsctl('set', 'Open_vSwitch', '.', 'other_config:pmd-maxsleep=%d' % us)
+    return before

@@ -59,10 +59,13 @@ ROOT_PARENT = 0xFFFFFFFF                 # TC_H_ROOT
 
 @dataclass(frozen=True)
 class PortInfo:
-    """A switch port: its switch, the node at the other end of its link."""
+    """A switch port: its switch, the node at the other end of its link, and
+    the device where what it sends queues (the port itself, or on an AF_XDP
+    fabric the stage in front of the peer: testbed.fabric.port_stage)."""
     switch: str
     peer: str
     last_hop: bool               # the peer is a host
+    queue: str = ''              # '' : the port itself
 
 
 @dataclass(frozen=True)
@@ -162,13 +165,16 @@ class SignallingPorts:
         self.settings = settings
         self.rate_bps = int(rate_bps)
         self.ports = dict(ports)
+        # port -> the device its queue, HTB and program are on, and back
+        self.queues = {port: info.queue or port for port, info in self.ports.items()}
+        self._port_of = {queue: port for port, queue in self.queues.items()}
         self.quantum_bytes = mtu + ETHERNET_HEADER_LEN     # one full frame
         self.program: SwitchPortProgram | None = SwitchPortProgram(tag)
         try:
-            setup_priority_htb_many(self.ports, self.rate_bps,
+            setup_priority_htb_many(list(self.queues.values()), self.rate_bps,
                                     quantum_bytes=self.quantum_bytes)
-            self.program.attach_many({intf: self._config(intf, self.rate_bps)
-                                      for intf in self.ports})
+            self.program.attach_many({self.queues[port]: self._config(port, self.rate_bps)
+                                      for port in self.ports})
         except BaseException:
             self.stop()
             raise
@@ -183,8 +189,9 @@ class SignallingPorts:
         """A rate change on a signalling port: the HTB classes and the
         virtual queue both drain at the new rate."""
         assert self.program is not None
-        set_priority_htb_rate(intf, int(rate_bps), quantum_bytes=self.quantum_bytes)
-        self.program.set_rate(intf, int(rate_bps))
+        queue = self.queues[intf]
+        set_priority_htb_rate(queue, int(rate_bps), quantum_bytes=self.quantum_bytes)
+        self.program.set_rate(queue, int(rate_bps))
 
     def counters(self, queues: bool = True) -> dict[str, dict[str, int]]:
         """Per port: the program's counters and, with `queues`, what the real
@@ -194,9 +201,9 @@ class SignallingPorts:
         found = self.program.all_counters()
         if queues:
             drops = _root_qdisc_drops()
-            for intf, row in found.items():
-                row['queue_drops'] = drops.get(intf, 0)
-        return found
+            for device, row in found.items():
+                row['queue_drops'] = drops.get(device, 0)
+        return {self._port_of.get(device, device): row for device, row in found.items()}
 
     def stop(self) -> None:
         """Unload and unpin (the ports go with the fabric's links)."""

@@ -7,7 +7,8 @@ delay, ``ecn=1`` RED/ECN marking and ``mtu=<bytes>`` sets every link's MTU
 a shaped fabric the switch ports mark CE and trim
 (`testbed.fabric.signals`): ``mark=0`` / ``trim=0`` turn either off,
 ``mark_kb=`` / ``trim_kb=`` set their thresholds, ``mark_last=1`` marks the
-last hop into a host too (a RoCE fabric, for DCQCN). Whether this
+last hop into a host too (a RoCE fabric, for DCQCN). ``afxdp=1`` builds
+AF_XDP switch ports polled by a PMD thread (`testbed.fabric.port_stage`). Whether this
 kernel can apply them is decided when a fabric is built
 (`testbed.fabric.link_options`, `FabricNet`), not here: parsing stays free
 of side effects and of root.
@@ -28,7 +29,7 @@ TOPOLOGIES: dict[str, type[Topo]] = {
 }
 DEFAULT_SPEC = 'fattree,k=4,planes=2'
 DECIMAL_KEYS = ('bw', 'delay', 'mark_kb', 'trim_kb')  # Mbit/s, ms, kB
-FLAG_KEYS = ('ecn', 'mark', 'trim', 'mark_last')      # 0 or 1
+FLAG_KEYS = ('ecn', 'mark', 'trim', 'mark_last', 'afxdp')     # 0 or 1
 
 
 class TopoSpecError(ValueError):

@@ -37,9 +37,10 @@ class MultiPlaneFatTree(Topo):
 
     def build(self, k=4, planes=1, bw=None, delay=None, ecn=None, mark=None,
               trim=None, mark_kb=None, trim_kb=None,
-              mark_last=None, mtu=None):
+              mark_last=None, mtu=None, afxdp=None):
         # mark, trim, mark_kb, trim_kb, mark_last: the switch ports' congestion signals,
-        # which mrc-testbed's FabricNet applies (stock mn ignores them).
+        # and afxdp (AF_XDP switch ports, testbed.fabric.port_stage), which
+        # mrc-testbed's FabricNet applies (stock mn ignores them).
         k, planes = int(k), int(planes)
         if k < 4 or k % 2:
             raise ValueError('fattree: k must be even and >= 4, got %d' % k)

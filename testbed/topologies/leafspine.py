@@ -39,9 +39,10 @@ class MultiPlaneLeafSpine(Topo):
     def build(self, leaves=4, spines=4, hosts=2, planes=1, bw=None,
               delay=None, ecn=None, mark=None, trim=None, mark_kb=None,
               trim_kb=None,
-              mark_last=None, mtu=None):
+              mark_last=None, mtu=None, afxdp=None):
         # mark, trim, mark_kb, trim_kb, mark_last: the switch ports' congestion signals,
-        # which mrc-testbed's FabricNet applies (stock mn ignores them).
+        # and afxdp (AF_XDP switch ports, testbed.fabric.port_stage), which
+        # mrc-testbed's FabricNet applies (stock mn ignores them).
         leaves, spines, hosts, planes = (int(leaves), int(spines),
                                          int(hosts), int(planes))
         if leaves < 1 or spines < 1 or hosts < 1:

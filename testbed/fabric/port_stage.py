@@ -1,0 +1,111 @@
+"""Everything that gives an AF_XDP switch port a queue lives here.
+
+An OVS `afxdp` port sends through the kernel's AF_XDP transmit, which hands
+each frame straight to the veth's driver: the port's qdisc and its tc egress
+hook never see it (BENCHMARKS.md §6 measures this). So on a fabric built with
+``afxdp=1`` every link is two veth pairs joined in the root namespace by a
+*stage*::
+
+    end 1 ── stage 1  ==mirred==  stage 2 ── end 2
+
+Each stage end redirects what it receives (tc ingress, `mirred egress
+redirect`) to the other stage end's egress, where the link's HTB, the
+switch-port program and any fault filter sit as they sit on a switch port of
+a `system` fabric. What end 1 sends therefore queues at stage 2's egress: the
+*queue device* of end 1 is the stage of end 2.
+
+The switch ports take their frames in native XDP mode (`xdp-mode=native`):
+generic XDP passes a redirected frame to the kernel stack instead of the
+AF_XDP socket (the kernel skips generic XDP for frames act_mirred or a tc
+program redirected), native XDP on a veth does not. Measured on this machine
+kind, a 5-switch chain of `afxdp` ports behind stages shaped to 40 Mbit/s
+delivered 3,350 frames/s of 1,514 bytes when offered 5,000 (the shaped
+rate), and everything when offered 3,200.
+"""
+from __future__ import annotations
+
+from mininet.util import makeIntfPair, quietRun
+
+from testbed.topologies.link_params import SizedIntf, SizedLink
+
+STAGE_SUFFIX = 's'
+MAX_IFNAME = 15                 # IFNAMSIZ - 1
+
+
+def stage_name(intf: str) -> str:
+    """The root-namespace veth end paired with `intf`."""
+    name = intf + STAGE_SUFFIX
+    if len(name) > MAX_IFNAME:
+        raise ValueError('interface %r: no room for its stage name' % intf)
+    return name
+
+
+def redirect_commands(stage: str, to: str) -> list[str]:
+    """tc commands that send everything `stage` receives out of `to`."""
+    return ['tc qdisc add dev %s clsact' % stage,
+            'tc filter add dev %s ingress protocol all pref 1 u32 match u32 0 0 '
+            'action mirred egress redirect dev %s' % (stage, to)]
+
+
+class StagedIntf(SizedIntf):
+    """A link end whose egress queue is the other end's stage: the link's
+    tc configuration (HTB, netem) goes there, in the root namespace."""
+
+    def queue(self) -> str:
+        return self.link.queue_of[self.name]
+
+    def tc(self, cmd, tc='tc'):
+        return quietRun(cmd % (tc, self.queue()))
+
+    def config(self, mtu=None, **params):
+        result = super().config(mtu=mtu, **params)
+        if mtu:
+            quietRun('ip link set dev %s mtu %d' % (stage_name(self.name), int(mtu)))
+        return result
+
+
+class StagedLink(SizedLink):
+    """Two veth pairs and a stage between them (the module's header)."""
+
+    def __init__(self, *args, **kwargs):
+        self.queue_of: dict[str, str] = {}
+        kwargs.setdefault('cls1', StagedIntf)
+        kwargs.setdefault('cls2', StagedIntf)
+        super().__init__(*args, **kwargs)
+
+    def makeIntfPair(self, intfname1, intfname2, addr1=None, addr2=None,
+                     node1=None, node2=None, deleteIntfs=True):
+        stage1, stage2 = stage_name(intfname1), stage_name(intfname2)
+        self.queue_of = {intfname1: stage2, intfname2: stage1}
+        # node None: the root namespace (netns 1 for the peer).
+        makeIntfPair(intfname1, stage1, None, None, node1, None, deleteIntfs=False)
+        makeIntfPair(stage2, intfname2, None, None, None, node2, deleteIntfs=False)
+        for node, intf, addr in ((node1, intfname1, addr1), (node2, intfname2, addr2)):
+            if addr is not None:
+                (node.cmd if node else quietRun)('ip link set dev %s address %s' % (intf, addr))
+        for command in ['ip link set dev %s up' % s for s in (stage1, stage2)] + \
+                redirect_commands(stage1, stage2) + redirect_commands(stage2, stage1):
+            out = quietRun(command)
+            if out.strip():
+                raise RuntimeError('stage of %s<->%s: %s: %s'
+                                   % (intfname1, intfname2, command, out.strip()))
+
+    def stages(self) -> list[str]:
+        return sorted(self.queue_of.values())
+
+
+def stage_links(topo) -> None:
+    """Make every link of `topo` (not built yet) a StagedLink."""
+    for _, _, info in topo.links(withInfo=True):
+        info['cls'] = StagedLink
+
+
+def stages(links) -> list[str]:
+    """The stage devices of a network's links."""
+    return [s for link in links if isinstance(link, StagedLink) for s in link.stages()]
+
+
+def queue_of(intf) -> str:
+    """Where what the link end `intf` sends queues: '' for the end itself
+    (an unstaged link)."""
+    return intf.queue() if isinstance(intf, StagedIntf) else ''
