@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.fabric import port_stage
+
 # The start of every capture's tcpdump command line: clean.py counts such processes as ours.
 TCPDUMP_MARK = 'tcpdump -n --immediate-mode --packet-buffered -Z root'
 START_TIMEOUT_S = 10.0     # tcpdump opens its interface within well under a second
@@ -133,9 +135,16 @@ def capture_points(fab, links: tuple[tuple[str, str], ...] = (),
         connections = fab.net[a].connectionsTo(fab.net[b])
         if not connections:
             raise CaptureError('no link between %s and %s' % (a, b))
-        intf = connections[0][0].name
+        near, far = connections[0]
         pid = fab.host_pid(a) if a in fab.plan.hosts else None
-        points.append(CapturePoint('%s-%s' % (a, b), intf, pid))
+        if port_stage.queue_of(near):
+            # An afxdp=1 fabric: the switch ports' own frames skip the kernel's
+            # capture hooks. The stage in front of b sees what a sends, after
+            # a's queue, and what b sends, before b's.
+            near, pid = port_stage.stage_name(far.name), None
+        else:
+            near = near.name
+        points.append(CapturePoint('%s-%s' % (a, b), near, pid))
     for host in hosts:
         for (name, plane), port in sorted(fab.plan.host_ports.items()):
             if name == host:

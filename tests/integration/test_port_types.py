@@ -58,3 +58,47 @@ def test_afxdp_ports_forward_but_skip_the_qdisc(fabric_factory):
     # packet each way), and none of it went through a switch port's HTB.
     assert sent > 2 * SIZE // 1500
     assert queued < sent / 100, (queued, sent)
+
+
+STAGED = 'leafspine,leaves=2,spines=2,hosts=1,planes=1,bw=10,afxdp=1'
+RATE_BPS = 10e6
+
+
+@pytest.mark.skipif('afxdp' not in ovs.interface_types(),
+                    reason='this Open vSwitch offers no AF_XDP ports')
+def test_afxdp_fabric_queues_every_port_in_its_stage(fabric_factory):
+    """afxdp=1: PMD-polled AF_XDP switch ports, and what they send still
+    queues in an HTB at the link's rate, where the switch-port program
+    counts it (testbed.fabric.port_stage)."""
+    fab = fabric_factory(STAGED)
+    ports = fab.switch_ports
+    types = subprocess.run(['ovs-vsctl', '--bare', '--columns=type', 'list',
+                            'interface', *ports], capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert types == ['afxdp'] * len(ports)
+    assert fab.signals is not None
+    queued0 = sum(root_qdisc_packets(q) for q in fab.signals.queues.values())
+    driver = EndpointFlows(fab, 'mrc', seed=2)
+    try:
+        driver.prepare([('h1', 'h2', SIZE)])
+        t0 = time.monotonic()
+        driver.start(1, 'h1', 'h2', SIZE)
+        deadline = t0 + TIMEOUT_S
+        while driver.status(1) == 'running':
+            assert time.monotonic() < deadline
+            driver.poll()
+        elapsed = time.monotonic() - t0
+        assert driver.status(1) == 'done', driver.error(1)
+        assert driver.delivered(1) == SIZE and driver.corrupt_bytes(1) == 0
+    finally:
+        driver.close()
+    # Shaped: one plane's port at RATE_BPS cannot carry the payload faster.
+    assert elapsed >= SIZE * 8 / RATE_BPS
+    # Every data packet queued at three switch ports (leaf, spine, leaf) on
+    # its way, in the stages' HTBs, and the program there counted it.
+    data_packets = SIZE // 1500
+    queued = sum(root_qdisc_packets(q) for q in fab.signals.queues.values()) - queued0
+    counted = sum(row['packets'] for row in fab.signals.counters().values())
+    assert queued >= 3 * data_packets, queued
+    assert counted >= 3 * data_packets, counted
+    assert set(fab.signals.counters()) == set(ports)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Iterable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +36,17 @@ class LinkEnd:
     node: str
     intf: str
     pid: int | None          # the host's namespace; None: the root namespace
+    queue: str = ''          # where what it sends queues, when not on intf
+                             # (an afxdp=1 fabric: testbed.fabric.port_stage)
 
     def where(self) -> str:
         return '%s (%s)' % (self.intf, 'root' if self.pid is None
                             else '%s netns' % self.node)
+
+    def queue_end(self) -> LinkEnd:
+        """The device whose egress (qdisc, tc hook) carries what this end
+        sends: itself, or the stage in the root namespace."""
+        return LinkEnd(self.node, self.queue, None) if self.queue else self
 
 
 @dataclass(frozen=True)
@@ -58,8 +65,7 @@ class FabricLink:
         return [e for e in self.ends if e.pid is None]
 
 
-def _by_namespace(ends: tuple[LinkEnd, ...]) -> dict[int | None,
-                                                     list[LinkEnd]]:
+def _by_namespace(ends: Iterable[LinkEnd]) -> dict[int | None, list[LinkEnd]]:
     grouped: dict[int | None, list[LinkEnd]] = {}
     for end in ends:
         grouped.setdefault(end.pid, []).append(end)

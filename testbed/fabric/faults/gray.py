@@ -102,13 +102,14 @@ class GrayFaults:
                            t, detail)
 
     def _gray_on(self, gray: GrayLoss) -> None:
+        queues = [end.queue_end() for end in gray.link.ends]
         if gray.method == 'tc':
-            for end in gray.link.ends:
+            for end in queues:
                 if end.intf not in gray.tc_filters:
                     gray.tc_filters[end.intf] = _tc_add_clsact(self._run, end)
                 _tc_set_filter(self._run, end, gray.loss_pct)
             return
-        for pid, ends in _by_namespace(gray.link.ends).items():
+        for pid, ends in _by_namespace(queues).items():
             self._nft(pid, _nft_ruleset(gray.table, ends, gray.loss_pct))
             gray.nft_tables.add(pid)
 
@@ -116,10 +117,11 @@ class GrayFaults:
         """Remove the loss; returns the frames each end dropped where the
         method counts them (nft does, tc does not)."""
         dropped: dict[str, int] = {}
-        for end in gray.link.ends:
+        queues = [end.queue_end() for end in gray.link.ends]
+        for end in queues:
             if end.intf in gray.tc_filters and _exists(end):
                 _tc_gray_off(self._run, end, gray.tc_filters[end.intf])
-        for pid, ends in _by_namespace(gray.link.ends).items():
+        for pid, ends in _by_namespace(queues).items():
             if pid not in gray.nft_tables or (pid is not None
                                               and not _alive(pid)):
                 continue        # never made, or gone with its namespace

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.fabric import port_stage
 from testbed.fabric.faults.base import (COMMAND_TIMEOUT_S, IFNAME, EventLog,
                                         FabricLink, FaultError,
                                         FaultUnavailable, LinkEnd, _clock,
@@ -240,7 +241,7 @@ class FaultInjector(OutageFaults, GrayFaults, RateFaults):
         if not IFNAME.match(intf.name):
             raise FaultError('unexpected interface name %r' % intf.name)
         pid = None if name in self.plan.switches else self.fab.host_pid(name)
-        return LinkEnd(name, intf.name, pid)
+        return LinkEnd(name, intf.name, pid, port_stage.queue_of(intf))
 
     def _switch_links(self, name: str) -> list[FabricLink]:
         self._switch(name)

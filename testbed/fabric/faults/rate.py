@@ -47,7 +47,7 @@ class RateFaults:
         change.mbit = mbit
         for end in link.ends:
             if end.intf not in change.original:
-                change.original[end.intf] = self._read_htb(end)
+                change.original[end.intf] = self._read_htb(end.queue_end())
             self._set_rate(end, mbit, change.original[end.intf])
         detail = 'HTB class %s rate %gMbit on %s' % (
             HTB_CLASS, mbit, ', '.join(e.where() for e in link.ends))
@@ -94,15 +94,16 @@ class RateFaults:
             signals.set_rate(end.intf, mbit * 1e6)
             return
         rate = '%.3fmbit' % mbit
-        dev = ['dev', end.intf]
+        queue = end.queue_end()
+        dev = ['dev', queue.intf]
         if original is None:
-            self._run(end.pid, ['tc', 'qdisc', 'replace', *dev, 'root',
-                                'handle', HTB_ROOT, 'htb', 'default', '1'])
-            self._run(end.pid, ['tc', 'class', 'replace', *dev, 'parent',
-                                HTB_ROOT, 'classid', HTB_CLASS, 'htb', 'rate',
-                                rate, 'burst', HTB_BURST])
+            self._run(queue.pid, ['tc', 'qdisc', 'replace', *dev, 'root',
+                                  'handle', HTB_ROOT, 'htb', 'default', '1'])
+            self._run(queue.pid, ['tc', 'class', 'replace', *dev, 'parent',
+                                  HTB_ROOT, 'classid', HTB_CLASS, 'htb', 'rate',
+                                  rate, 'burst', HTB_BURST])
             return
-        self._run(end.pid, ['tc', 'class', 'change', *dev, 'parent', HTB_ROOT,
+        self._run(queue.pid, ['tc', 'class', 'change', *dev, 'parent', HTB_ROOT,
                             'classid', HTB_CLASS, 'htb', 'rate', rate,
                             'ceil', rate, 'burst', original.burst,
                             'cburst', original.cburst])
@@ -116,12 +117,13 @@ class RateFaults:
             if signals is not None:
                 signals.set_rate(end.intf, signals.rate_bps)
                 continue
+            queue = end.queue_end()
             if original is None:
-                self._run(end.pid, ['tc', 'qdisc', 'del', 'dev', end.intf,
-                                    'root'])
+                self._run(queue.pid, ['tc', 'qdisc', 'del', 'dev', queue.intf,
+                                      'root'])
                 continue
-            self._run(end.pid, [
-                'tc', 'class', 'change', 'dev', end.intf, 'parent', HTB_ROOT,
+            self._run(queue.pid, [
+                'tc', 'class', 'change', 'dev', queue.intf, 'parent', HTB_ROOT,
                 'classid', HTB_CLASS, 'htb', 'rate', original.rate, 'ceil',
                 original.ceil, 'burst', original.burst, 'cburst',
                 original.cburst])
