@@ -67,6 +67,10 @@ FIDELITY_TOPOLOGY = 'fattree,k=4,planes=2'
 CAPACITY_FABRICS = (('leafspine,leaves=2,spines=2,hosts=1,planes=1', 'h1', 'h2'),
                     (FIDELITY_TOPOLOGY, 'h1', 'h9'))
 AFXDP = 'afxdp-nonpmd'
+# afxdp=1 fabrics: AF_XDP ports a PMD thread polls, behind a stage that
+# queues what they send (testbed.fabric.port_stage); the spec builds them.
+STAGED = 'afxdp'
+STAGED_FIDELITY_RATES = (5.0, 10.0, 20.0)
 # A shaped fabric, to see whether the switch ports' qdiscs see what OVS
 # sends through each port type (ovs.PORT_TYPES' comment).
 BYPASS_FABRIC = ('leafspine,leaves=2,spines=2,hosts=1,planes=1,bw=10', 'h1', 'h2')
@@ -281,12 +285,18 @@ class Probe:
         raise RuntimeError('%s has no port %s' % (host, intf))
 
 
+def staged(spec: str) -> str:
+    return spec + ',afxdp=1'
+
+
 def probed_fabric(spec: str, src: str, dst: str, port_type: str,
                   stack: ExitStack) -> tuple[FabricNet, Probe]:
     """A running fabric of `spec` with its switch ports as `port_type`, and
-    a probe from `src` to `dst` on it; both closed with `stack`."""
-    fab = stack.enter_context(FabricNet(parse_topo_spec(spec)))
-    if port_type != 'system':
+    a probe from `src` to `dst` on it; both closed with `stack`. STAGED
+    ports come from the spec (`staged(spec)`), the others are set here."""
+    fab = stack.enter_context(FabricNet(parse_topo_spec(
+        staged(spec) if port_type == STAGED else spec)))
+    if port_type == AFXDP:
         ovs.set_port_type(fab.switch_ports, port_type)
     return fab, open_probe(fab, src, dst, stack)
 
@@ -372,8 +382,8 @@ def capacity_point(probe: Probe, rate: float | None, seconds: float) -> dict:
 
 def measure_capacity(ctx: BenchContext) -> list[dict]:
     fabrics = [(*f, 'system') for f in CAPACITY_FABRICS]
-    if AFXDP in ovs.interface_types():
-        fabrics.append((*CAPACITY_FABRICS[-1], AFXDP))
+    offered = ovs.interface_types()
+    fabrics += [(*CAPACITY_FABRICS[-1], t) for t in (AFXDP, STAGED) if t in offered]
     rates = (20_000,) if ctx.quick else CAPACITY_RATES
     seconds = 1.0 if ctx.quick else CAPACITY_STEP_S
     return [capacity_of(ctx, spec, src, dst, rates, seconds, port_type)
@@ -399,7 +409,8 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
                         spec, port_type, '%d' % rate if rate else 'max',
                         point['sent_pps'], point['delivered_pps'],
                         100 * point['loss'], 100 * point['vswitchd_cpu']))
-    return {'spec': spec, 'src': src, 'dst': dst, 'hops': probe.hops,
+    return {'spec': staged(spec) if port_type == STAGED else spec,
+            'src': src, 'dst': dst, 'hops': probe.hops,
             'port_type': port_type,
             'switches': len(plan.switches), 'ports': ports, 'seconds': seconds,
             'frame_bytes': PROBE_FRAME_BYTES, 'datapath_threads': threads,
@@ -413,13 +424,16 @@ def measure_qdisc_bypass(ctx: BenchContext) -> list[dict]:
         return []
     spec, src, dst = BYPASS_FABRIC
     rows = []
-    for port_type in ('system', AFXDP):
+    for port_type in ('system', AFXDP, STAGED):
+        if port_type not in ovs.interface_types():
+            continue
         with ExitStack() as stack:
             fab, probe = probed_fabric(spec, src, dst, port_type, stack)
-            before = switch_port_counts(fab.switch_ports)
+            queues = fab.port_queues
+            before = switch_port_counts(queues)
             sent, _, _ = send_paced(probe, BYPASS_PPS, BYPASS_S)
             time.sleep(DRAIN_S)
-            after = switch_port_counts(fab.switch_ports)
+            after = switch_port_counts(queues)
         sent_by_ports, through_qdisc = (sum(after[p][i] - before[p][i] for p in after)
                                         for i in (0, 1))
         rows.append({'port_type': port_type, 'probe_packets': sent,
@@ -429,38 +443,52 @@ def measure_qdisc_bypass(ctx: BenchContext) -> list[dict]:
     return rows
 
 
-def switch_port_counts(ports: list[str]) -> dict[str, tuple[int, int]]:
-    """Port -> (packets it transmitted, packets its root qdisc sent)."""
+def switch_port_counts(queues: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """Port -> (packets it transmitted, packets the root qdisc of its
+    queue device sent); `queues`: port -> queue device (FabricNet.port_queues)."""
     out = subprocess.run(['tc', '-s', '-j', 'qdisc', 'show'], capture_output=True,
                          text=True, check=True).stdout
     qdisc = {q['dev']: q.get('packets', 0) for q in json.loads(out) if q.get('root')}
     counts = {}
-    for port in ports:
+    for port, queue in queues.items():
         with open('/sys/class/net/%s/statistics/tx_packets' % port) as f:
-            counts[port] = (int(f.read()), qdisc.get(port, 0))
+            counts[port] = (int(f.read()), qdisc.get(queue, 0))
     return counts
+
+
+# How each AF_XDP row of the capacity table was built, for its note.
+PORT_TYPE_TEXT = {
+    AFXDP: f"`{AFXDP}` switch ports (AF_XDP in generic mode, polled by the same "
+           f"main thread)",
+    STAGED: f"`afxdp=1` (AF_XDP ports in native mode polled by a PMD thread that "
+            f"may sleep {ovs.PMD_MAX_SLEEP_US} µs when idle, each link staged "
+            f"so its queue stays in the kernel: testbed/fabric/port_stage.py)",
+}
 
 
 def afxdp_note(capacities: list[dict]) -> str:
     """The same fabric with system and AF_XDP switch ports, side by side."""
-    pair = {port_type(c): c for c in capacities if c['spec'] == FIDELITY_TOPOLOGY}
-    if len(pair) < 2:
+    rows = {port_type(c): c for c in capacities
+            if c['spec'] in (FIDELITY_TOPOLOGY, staged(FIDELITY_TOPOLOGY))}
+    system = rows.get('system')
+    if system is None or lossless(system) is None:
         return ''
-    system, afxdp = pair['system'], pair[AFXDP]
-    clean = [lossless(c) for c in (system, afxdp)]
-    if None in clean:
-        return ''
-    low = [min(c['points'], key=lambda p: p['entered_pps']) for c in (system, afxdp)]
-    return (f"- `{FIDELITY_TOPOLOGY}` with `{AFXDP}` switch ports (AF_XDP in "
-            f"generic mode, polled by the same main thread) against `system` "
-            f"ones, side by side in this run: loss-free up to "
+    return '\n\n'.join(afxdp_versus(system, rows[t], t)
+                        for t in (AFXDP, STAGED) if t in rows and lossless(rows[t]))
+
+
+def afxdp_versus(system: dict, other: dict, kind: str) -> str:
+    clean = [lossless(c) for c in (system, other)]
+    low = [min(c['points'], key=lambda p: p['entered_pps']) for c in (system, other)]
+    return (f"- `{FIDELITY_TOPOLOGY}` with {PORT_TYPE_TEXT[kind]} against `system` "
+            f"ports, side by side in this run: loss-free up to "
             f"~{clean[1]['packet_hops_per_s']:,.0f} packet-hops/s against "
             f"~{clean[0]['packet_hops_per_s']:,.0f} "
             f"({clean[1]['packet_hops_per_s'] / clean[0]['packet_hops_per_s']:.1f}×), "
             f"ovs-vswitchd at {low[1]['vswitchd_cpu']:.0%} of a core against "
             f"{low[0]['vswitchd_cpu']:.0%} at {low[0]['entered_pps']:,.0f} pkt/s: "
             f"an idle AF_XDP port costs a look at a ring in memory, an idle "
-            f"`system` port a system call on every turn of the loop.")
+            f"`system` port a system call on every turn of the main loop.")
 
 
 def bypass_text(rows: list[dict]) -> str:
@@ -470,11 +498,12 @@ def bypass_text(rows: list[dict]) -> str:
     cells = ['%s ports: the switch ports sent %d packets and their qdiscs saw %d'
              % (t, r['switch_port_tx'], r['through_qdisc']) for t, r in by_type.items()]
     return (f"- Shaping needs the qdisc: on `{BYPASS_FABRIC[0]}` a {BYPASS_PPS} pkt/s "
-            f"probe for {BYPASS_S:g} s, {'; '.join(cells)}. AF_XDP transmits past "
-            f"the qdisc (and the tc egress hook of the switch-port program), so "
-            f"a shaped fabric keeps `system` ports until each link's queue sits "
-            f"somewhere OVS's AF_XDP transmit does not skip; the unshaped rows "
-            f"above are what AF_XDP would buy.")
+            f"probe for {BYPASS_S:g} s, {'; '.join(cells)} (for `{STAGED}` ports, "
+            f"the qdiscs of the link stages where they queue). AF_XDP transmits "
+            f"past the port's own qdisc (and the tc egress hook of the "
+            f"switch-port program); `afxdp=1` puts each link's queue, the "
+            f"switch-port program and the fault filters on a stage in front of "
+            f"the receiving port, which AF_XDP does not skip.")
 
 
 def peak(capacity: dict) -> dict:
@@ -667,32 +696,44 @@ def endpoint_text(endpoint: dict) -> str:
 # -- 4. where fidelity stops ------------------------------------------------
 
 def measure_fidelity(ctx: BenchContext) -> list[dict]:
-    rates = (10.0,) if ctx.quick else FIDELITY_RATES
+    sweeps = [('system', (10.0,) if ctx.quick else FIDELITY_RATES)]
+    if not ctx.quick and STAGED in ovs.interface_types():
+        sweeps.append((STAGED, STAGED_FIDELITY_RATES))
     rows = []
-    for rate in rates:
-        size_mb = 0.3 if ctx.quick else \
-            TRIAL_IDEAL_S * FIDELITY_PLANES * rate / 8
-        row = fidelity_trial(ctx, rate, size_mb)
-        rows.append(row)
-        ctx.say(KEY, 'fidelity %g Mbit/s: %.0f%% of ideal, machine %.0f%% '
+    for ports, rates in sweeps:
+        for rate in rates:
+            size_mb = 0.3 if ctx.quick else \
+                TRIAL_IDEAL_S * FIDELITY_PLANES * rate / 8
+            rows.append(fidelity_trial(ctx, rate, size_mb, ports))
+            say_fidelity(ctx, rows[-1])
+    return rows
+
+
+def say_fidelity(ctx: BenchContext, row: dict) -> None:
+    ctx.say(KEY, 'fidelity %g Mbit/s, %s ports: %.0f%% of ideal, machine %.0f%% '
                 'busy, endpoint %.0f%% and ovs-vswitchd %.0f%% of a core, %s '
                 'after %d attempt%s' % (
-                    rate, 100 * row['fraction'],
+                    row['rate_mbit'], fidelity_ports(row), 100 * row['fraction'],
                     100 * row['health']['machine_cpu_busy'],
                     100 * row['health']['endpoint_process_cpu'],
                     100 * row['vswitchd_cpu'],
                     'trusted' if row['trusted'] else 'NOT trusted',
                     row['attempts'], 's' if row['attempts'] > 1 else ''))
-    return rows
 
 
-def fidelity_trial(ctx: BenchContext, rate: float, size_mb: float) -> dict:
+def fidelity_ports(row: dict) -> str:
+    return row.get('ports', 'system')       # raw data of a run before afxdp=1
+
+
+def fidelity_trial(ctx: BenchContext, rate: float, size_mb: float,
+                   ports: str = 'system') -> dict:
     """One MRC permutation; run_trial re-runs saturated attempts, and the
     last attempt's health is what this sweep is after. ovs-vswitchd's CPU
     is averaged over every attempt."""
     ideal_s = size_mb * 8 / (FIDELITY_PLANES * rate)
-    with FabricNet(fabric_spec(FIDELITY_TOPOLOGY, rate)) as fab:
-        sc = scenario('bench-emulator-scale', FIDELITY_TOPOLOGY, rate, {
+    topology = staged(FIDELITY_TOPOLOGY) if ports == STAGED else FIDELITY_TOPOLOGY
+    with FabricNet(fabric_spec(topology, rate)) as fab:
+        sc = scenario('bench-emulator-scale', topology, rate, {
             'type': 'permutation', 'hosts': FIDELITY_HOSTS,
             'size_mb': size_mb}, duration_s=3 * ideal_s + 2, seed=500)
         cpu0, t0 = vswitchd_cpu_s(), time.monotonic()
@@ -707,7 +748,7 @@ def fidelity_trial(ctx: BenchContext, rate: float, size_mb: float) -> dict:
     delivered = sum(f.delivered for f in flows)
     sent_packets = (delivered + trial.run.retransmitted_bytes) / MRC_PAYLOAD
     ideal_bps = len(FIDELITY_HOSTS) * FIDELITY_PLANES * rate * 1e6
-    return {'rate_mbit': rate, 'size_mb': size_mb, 'hops': hops,
+    return {'rate_mbit': rate, 'size_mb': size_mb, 'hops': hops, 'ports': ports,
             'ideal_mbit': ideal_bps / 1e6,
             'offered_packet_hops': ideal_bps / (MRC_FRAME_BYTES * 8) * hops,
             'fraction': delivered * 8 / makespan / ideal_bps,
@@ -718,25 +759,28 @@ def fidelity_trial(ctx: BenchContext, rate: float, size_mb: float) -> dict:
             'trusted': trial.trusted, 'health': trial.health}
 
 
-def fidelity_text(rows: list[dict], capacities: list[dict],
+def fidelity_text(all_rows: list[dict], capacities: list[dict],
                   endpoint: dict) -> str:
     sacks_per_data = endpoint['none']['sack_pps'] / endpoint['none']['data_pps']
+    rows = [r for r in all_rows if fidelity_ports(r) == 'system']
+    staged_rows = [r for r in all_rows if fidelity_ports(r) == STAGED]
     table = md_table(
-        ['link rate', f"ideal ({len(FIDELITY_HOSTS)} × {FIDELITY_PLANES} × rate)",
+        ['switch ports', 'link rate',
+         f"ideal ({len(FIDELITY_HOSTS)} × {FIDELITY_PLANES} × rate)",
          'offered data packet-hops/s',
          'achieved data packet-hops/s', 'goodput / ideal', 'machine CPU',
          'endpoint CPU', 'ovs-vswitchd CPU', 'lost upcalls', 'attempts',
          'verdict'],
-        [(f"{r['rate_mbit']:g} Mbit/s", f"{r['ideal_mbit']:g} Mbit/s",
+        [(fidelity_ports(r), f"{r['rate_mbit']:g} Mbit/s", f"{r['ideal_mbit']:g} Mbit/s",
           f"{r['offered_packet_hops']:,.0f}", f"{r['data_packet_hops']:,.0f}",
           f"{r['fraction']:.0%}", f"{r['health']['machine_cpu_busy']:.0%}",
           f"{r['health']['endpoint_process_cpu']:.0%}",
           f"{r['vswitchd_cpu']:.0%}", r['health']['ovs_lost_upcalls'],
           r['attempts'], 'trusted' if r['trusted'] else
           'rejected: ' + '; '.join(r['health']['reasons']))
-         for r in rows])
+         for r in all_rows])
     fat_tree = [c for c in system_ports(capacities) if c['spec'] == FIDELITY_TOPOLOGY]
-    return '\n\n'.join([
+    return '\n\n'.join(part for part in [
         '### Where fidelity stops',
         COMMAND,
         f"MRC permutation traffic among the {len(FIDELITY_HOSTS)} hosts of "
@@ -754,11 +798,37 @@ def fidelity_text(rows: list[dict], capacities: list[dict],
         f"add {sacks_per_data:.2f} small packets per data packet on the way "
         f"back. ovs-vswitchd CPU is over the whole trial. A trial flagged "
         f"saturated is re-run up to 3 times; the table shows the last "
-        f"attempt.",
+        f"attempt. *system*: the switch ports every fabric has by default; "
+        f"*{STAGED}*: the same fabric built with `afxdp=1`.",
         table,
         verdict_paragraph(rows, fat_tree[0] if fat_tree else None,
                           sacks_per_data),
-        bigger_machine_paragraph(capacities, endpoint, rows)])
+        staged_paragraph(rows, staged_rows),
+        bigger_machine_paragraph(capacities, endpoint, rows)] if part)
+
+
+def staged_paragraph(rows: list[dict], staged_rows: list[dict]) -> str:
+    """The afxdp=1 sweep against the system one at the same link rates."""
+    by_rate = {r['rate_mbit']: r for r in rows}
+    pairs = [(by_rate[r['rate_mbit']], r) for r in staged_rows if r['rate_mbit'] in by_rate]
+    if not pairs:
+        return ''
+    cells = '; '.join(
+        f"at {s['rate_mbit']:g} Mbit/s {a['fraction']:.0%} of ideal against "
+        f"{s['fraction']:.0%}, ovs-vswitchd {a['vswitchd_cpu']:.0%} of a core "
+        f"against {s['vswitchd_cpu']:.0%}, machine {a['health']['machine_cpu_busy']:.0%} "
+        f"busy against {s['health']['machine_cpu_busy']:.0%}, endpoint loop "
+        f"{a['health']['endpoint_process_cpu']:.0%} of a core against "
+        f"{s['health']['endpoint_process_cpu']:.0%} "
+        f"({'trusted' if a['trusted'] else 'rejected'} against "
+        f"{'trusted' if s['trusted'] else 'rejected'})" for s, a in pairs)
+    rejected = [a for _, a in pairs if not a['trusted']]
+    reasons = sorted({reason.split(' used ')[0] for a in rejected
+                      for reason in a['health']['reasons']})
+    return (f"**With `afxdp=1`** (each pair side by side in this run, `{STAGED}` "
+            f"first): {cells}." + (
+                f" Where `afxdp=1` was rejected, the reason was: "
+                f"{'; '.join(reasons)}." if reasons else ''))
 
 
 def verdict_paragraph(rows: list[dict], fat_tree: dict | None,
@@ -866,12 +936,11 @@ def bigger_machine_paragraph(capacities: list[dict], endpoint: dict,
             f"proportion.{trend} More cores would stop the datapath thread, "
             f"the endpoint loop and the kernel (HTB shaping, SRv6 "
             f"decapsulation, the hosts' sockets) from taking turns on two "
-            f"cores{contention(past_the_limit(rows))}. Going past one "
-            f"datapath thread would need ports that PMD threads poll (`afxdp` "
-            f"ports; the userspace datapath runs one PMD thread per core of "
-            f"`pmd-cpu-mask`, each polling flat out, which on 2 cores leaves "
-            f"none to the endpoints) — not tried here; the `{AFXDP}` rows "
-            f"above stay on the main thread. The "
+            f"cores{contention(past_the_limit(rows))}. `afxdp=1` moves the "
+            f"datapath onto a PMD thread (one per core of `pmd-cpu-mask`; "
+            f"allowed to sleep when idle, so it gives a quiet core back), "
+            f"with a few ports' worth of cost per packet instead of a system "
+            f"call per port per turn (rows above). The "
             f"endpoint side does not scale with cores at all: one run is one "
             f"thread for all its hosts, ~{nscc['total_pps']:,.0f} "
             f"packets/s with NSCC on one core (measured above, before any "

@@ -236,6 +236,12 @@ class FabricNet:
         """Every switch-side interface of the running fabric."""
         return list(self._switch_ports())
 
+    @property
+    def port_queues(self) -> dict[str, str]:
+        """Switch port -> the device where what it sends queues (itself, or
+        on an afxdp=1 fabric a link stage: testbed.fabric.port_stage)."""
+        return {port: info.queue or port for port, info in self._switch_ports().items()}
+
     def _switch_ports(self) -> dict[str, signals.PortInfo]:
         """Every switch-side interface: its switch, its peer, and whether the
         peer is a host (the port is a last hop)."""
