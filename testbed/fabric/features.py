@@ -189,10 +189,11 @@ def all_features() -> list[Feature]:
                 'forwards the whole fabric; `mrc-testbed bench --sections '
                 'emulator_scale` measures what it carries (BENCHMARKS.md), and '
                 'with MRC traffic link rates stay at a few Mbit/s per host port'),
-        Feature('OVS AF_XDP ports', _afxdp_ports(), 'afxdp-nonpmd interfaces: '
-                'a fraction of the datapath thread per idle port (BENCHMARKS.md '
-                '§6); they transmit past the qdisc that shapes a link, so the '
-                'fabric keeps system ports', 'system ports only'),
+        Feature('OVS AF_XDP ports', _afxdp_ports(), 'afxdp interfaces: topology '
+                'option afxdp=1 builds PMD-polled AF_XDP switch ports, each link '
+                'staged so its queue stays in the kernel (testbed/fabric/'
+                'port_stage.py; capacity in BENCHMARKS.md §6)', 'system ports '
+                'only; afxdp=1 is refused'),
         Feature('SRv6 seg6', _sysctl_exists('net.ipv6.conf.all.seg6_enabled'),
                 'seg6 encap and End.DT6 decap', 'no fabric: hosts cannot '
                 'decapsulate'),
@@ -220,7 +221,7 @@ def all_features() -> list[Feature]:
 
 def _afxdp_ports() -> bool:
     from testbed.fabric import ovs      # Mininet's OVS class: only when asked
-    return bool(shutil.which('ovs-vsctl')) and 'afxdp-nonpmd' in ovs.interface_types()
+    return bool(shutil.which('ovs-vsctl')) and 'afxdp' in ovs.interface_types()
 
 
 def _next_csid() -> bool:
