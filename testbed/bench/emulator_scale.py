@@ -538,6 +538,7 @@ def capacity_text(ctx: BenchContext, capacities: list[dict],
           p['lost_upcalls'], 'saturated' if p['flagged'] else 'ok')
          for c in capacities for p in c['points']])
     threads = ' and '.join(capacities[0]['datapath_threads']) or 'no thread'
+    pmd = next((c for c in capacities if port_type(c) == STAGED), None)
     points = [p for c in capacities for p in c['points']]
     flat_out = [p['sent_pps'] for p in points if p['offered_pps'] is None]
     missed = [p for p in points if p['loss'] >= LOSSLESS and not p['flagged']]
@@ -550,22 +551,29 @@ def capacity_text(ctx: BenchContext, capacities: list[dict],
         f"forwards the whole fabric, and ovs-vswitchd sits near one core as "
         f"soon as traffic is steady — the more ports, the sooner. What it does "
         f"not read in time is dropped by the kernel before OVS sees it: no "
-        f"upcall is lost."]
+        f"upcall is lost." + (
+            f" On the `afxdp=1` fabric: {' and '.join(pmd['datapath_threads'])}."
+            if pmd else '')]
     if flat_out:
         notes.append(
             f"- The sender was not the limit where its achieved rate matches "
             f"the offered one: flat out, this one Python loop sends "
             f"~{max(flat_out):,.0f} pkt/s.")
     if missed:
+        kinds = sorted({port_type(c) for c in capacities for p in c['points'] if p in missed})
         notes.append(
             f"- The health gate passed {len(missed)} of these rows although "
-            f"they lost ≥ {LOSSLESS:.0%}: a saturated datapath thread shows "
-            f"neither as lost upcalls nor as a machine above "
-            f"{BUSY_LIMIT:.0%} busy while the other core has room.")
+            f"they lost ≥ {LOSSLESS:.0%} ({', '.join(kinds)} ports): a saturated "
+            f"datapath thread shows neither as lost upcalls nor as a machine "
+            f"above {BUSY_LIMIT:.0%} busy while the other core has room. The "
+            f"gate counts what `system` ports' sockets and `afxdp=1` ports' "
+            f"AF_XDP rings drop unread; `{AFXDP}` ports (generic XDP), which no "
+            f"fabric builds, drop where it does not look.")
     return '\n\n'.join([
         '### Packet capacity of the fabric',
         COMMAND,
-        f"Unshaped fabrics (plain veths). One process sends "
+        f"Unshaped fabrics (plain veths; on the `afxdp=1` fabric each link "
+        f"staged, nothing shaped). One process sends "
         f"{PROBE_FRAME_BYTES}-byte frames (the MTU, like a full MRC data "
         f"packet: outer IPv6, inner IPv6 + UDP to port {UDP_PORT}, "
         f"{PROBE_EVS} source ports) from one host's raw IPv6-in-IPv6 socket "
@@ -823,12 +831,15 @@ def staged_paragraph(rows: list[dict], staged_rows: list[dict]) -> str:
         f"({'trusted' if a['trusted'] else 'rejected'} against "
         f"{'trusted' if s['trusted'] else 'rejected'})" for s, a in pairs)
     rejected = [a for _, a in pairs if not a['trusted']]
-    reasons = sorted({reason.split(' used ')[0] for a in rejected
-                      for reason in a['health']['reasons']})
+    endpoint_bound = rejected and all(
+        any(reason.startswith('endpoint loop used') for reason in a['health']['reasons'])
+        for a in rejected)
     return (f"**With `afxdp=1`** (each pair side by side in this run, `{STAGED}` "
             f"first): {cells}." + (
-                f" Where `afxdp=1` was rejected, the reason was: "
-                f"{'; '.join(reasons)}." if reasons else ''))
+                f" Every rejected `afxdp=1` trial had its endpoint loop past the "
+                f"gate's {PROCESS_LIMIT:.0%} of a core: there the endpoint, not the "
+                f"datapath, sets the limit (endpoint packets/s above)."
+                if endpoint_bound else ''))
 
 
 def verdict_paragraph(rows: list[dict], fat_tree: dict | None,
