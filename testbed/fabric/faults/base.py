@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterable, Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 

@@ -104,9 +104,9 @@ class RateFaults:
                                   rate, 'burst', HTB_BURST])
             return
         self._run(queue.pid, ['tc', 'class', 'change', *dev, 'parent', HTB_ROOT,
-                            'classid', HTB_CLASS, 'htb', 'rate', rate,
-                            'ceil', rate, 'burst', original.burst,
-                            'cburst', original.cburst])
+                              'classid', HTB_CLASS, 'htb', 'rate', rate,
+                              'ceil', rate, 'burst', original.burst,
+                              'cburst', original.cburst])
 
     def _restore_rate(self, change: RateChange) -> None:
         for end in change.link.ends:
