@@ -289,13 +289,17 @@ def staged(spec: str) -> str:
     return spec + ',afxdp=1'
 
 
+def built_spec(spec: str, port_type: str) -> str:
+    """The spec a fabric with `port_type` switch ports is built from."""
+    return staged(spec) if port_type == STAGED else spec
+
+
 def probed_fabric(spec: str, src: str, dst: str, port_type: str,
                   stack: ExitStack) -> tuple[FabricNet, Probe]:
     """A running fabric of `spec` with its switch ports as `port_type`, and
     a probe from `src` to `dst` on it; both closed with `stack`. STAGED
     ports come from the spec (`staged(spec)`), the others are set here."""
-    fab = stack.enter_context(FabricNet(parse_topo_spec(
-        staged(spec) if port_type == STAGED else spec)))
+    fab = stack.enter_context(FabricNet(parse_topo_spec(built_spec(spec, port_type))))
     if port_type == AFXDP:
         ovs.set_port_type(fab.switch_ports, port_type)
     return fab, open_probe(fab, src, dst, stack)
@@ -409,8 +413,7 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
                         spec, port_type, '%d' % rate if rate else 'max',
                         point['sent_pps'], point['delivered_pps'],
                         100 * point['loss'], 100 * point['vswitchd_cpu']))
-    return {'spec': staged(spec) if port_type == STAGED else spec,
-            'src': src, 'dst': dst, 'hops': probe.hops,
+    return {'spec': built_spec(spec, port_type), 'src': src, 'dst': dst, 'hops': probe.hops,
             'port_type': port_type,
             'switches': len(plan.switches), 'ports': ports, 'seconds': seconds,
             'frame_bytes': PROBE_FRAME_BYTES, 'datapath_threads': threads,
@@ -420,13 +423,12 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
 def measure_qdisc_bypass(ctx: BenchContext) -> list[dict]:
     """Per port type: packets the switch ports of a shaped fabric sent, and
     how many of them their root qdisc (the HTB that shapes the link) saw."""
-    if ctx.quick or AFXDP not in ovs.interface_types():
+    offered = ovs.interface_types()
+    if ctx.quick or AFXDP not in offered:
         return []
     spec, src, dst = BYPASS_FABRIC
     rows = []
-    for port_type in ('system', AFXDP, STAGED):
-        if port_type not in ovs.interface_types():
-            continue
+    for port_type in [t for t in ('system', AFXDP, STAGED) if t in offered]:
         with ExitStack() as stack:
             fab, probe = probed_fabric(spec, src, dst, port_type, stack)
             queues = fab.port_queues
@@ -739,7 +741,7 @@ def fidelity_trial(ctx: BenchContext, rate: float, size_mb: float,
     last attempt's health is what this sweep is after. ovs-vswitchd's CPU
     is averaged over every attempt."""
     ideal_s = size_mb * 8 / (FIDELITY_PLANES * rate)
-    topology = staged(FIDELITY_TOPOLOGY) if ports == STAGED else FIDELITY_TOPOLOGY
+    topology = built_spec(FIDELITY_TOPOLOGY, ports)
     with FabricNet(fabric_spec(topology, rate)) as fab:
         sc = scenario('bench-emulator-scale', topology, rate, {
             'type': 'permutation', 'hosts': FIDELITY_HOSTS,

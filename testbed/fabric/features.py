@@ -189,7 +189,7 @@ def all_features() -> list[Feature]:
                 'forwards the whole fabric; `mrc-testbed bench --sections '
                 'emulator_scale` measures what it carries (BENCHMARKS.md), and '
                 'with MRC traffic link rates stay at a few Mbit/s per host port'),
-        Feature('OVS AF_XDP ports', _afxdp_ports(), 'afxdp interfaces: topology '
+        Feature('OVS AF_XDP ports', afxdp_ports(), 'afxdp interfaces: topology '
                 'option afxdp=1 builds PMD-polled AF_XDP switch ports, each link '
                 'staged so its queue stays in the kernel (testbed/fabric/'
                 'port_stage.py; capacity in BENCHMARKS.md §6)', 'system ports '
@@ -219,7 +219,7 @@ def all_features() -> list[Feature]:
     ]
 
 
-def _afxdp_ports() -> bool:
+def afxdp_ports() -> bool:
     from testbed.fabric import ovs      # Mininet's OVS class: only when asked
     return bool(shutil.which('ovs-vsctl')) and 'afxdp' in ovs.interface_types()
 

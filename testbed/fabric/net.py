@@ -34,7 +34,7 @@ from mininet.node import Host, RemoteController
 
 from testbed.fabric import ovs, port_stage, signals, verbosity
 from testbed.fabric.convergence import DEFAULT_CONVERGENCE_DELAY_S
-from testbed.fabric.features import ovs_datapath
+from testbed.fabric.features import afxdp_ports, ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.probe import PathProber
 from testbed.fabric.link_options import (FeatureMissing, LinkOptionError,
@@ -184,7 +184,7 @@ class FabricNet:
             port_stage.stages(self.net.links)
 
     def _check_afxdp(self) -> None:
-        if os.geteuid() == 0 and 'afxdp' not in ovs.interface_types():
+        if os.geteuid() == 0 and not afxdp_ports():
             raise FabricError('%s: afxdp=1 needs Open vSwitch with AF_XDP ports '
                               '(see `mrc-testbed doctor`)' % self.spec)
 

@@ -34,6 +34,24 @@ def tx_packets(port: str) -> int:
         return int(f.read())
 
 
+def write_h1_to_h2(fab) -> float:
+    """One MRC write of SIZE from h1 to h2, checked whole; its seconds."""
+    driver = EndpointFlows(fab, 'mrc', seed=2)
+    try:
+        driver.prepare([('h1', 'h2', SIZE)])
+        t0 = time.monotonic()
+        driver.start(1, 'h1', 'h2', SIZE)
+        while driver.status(1) == 'running':
+            assert time.monotonic() < t0 + TIMEOUT_S
+            driver.poll()
+        elapsed = time.monotonic() - t0
+        assert driver.status(1) == 'done', driver.error(1)
+        assert driver.delivered(1) == SIZE and driver.corrupt_bytes(1) == 0
+    finally:
+        driver.close()
+    return elapsed
+
+
 def test_afxdp_ports_forward_but_skip_the_qdisc(fabric_factory):
     fab = fabric_factory(SPEC)
     ports = fab.switch_ports
@@ -43,18 +61,7 @@ def test_afxdp_ports_forward_but_skip_the_qdisc(fabric_factory):
                               capture_output=True, text=True, check=True).stdout
         assert kind.strip() == AFXDP
     before = {p: (tx_packets(p), root_qdisc_packets(p)) for p in ports}
-    driver = EndpointFlows(fab, 'mrc', seed=2)
-    try:
-        driver.prepare([('h1', 'h2', SIZE)])
-        driver.start(1, 'h1', 'h2', SIZE)
-        deadline = time.monotonic() + TIMEOUT_S
-        while driver.status(1) == 'running':
-            assert time.monotonic() < deadline
-            driver.poll()
-        assert driver.status(1) == 'done', driver.error(1)
-        assert driver.delivered(1) == SIZE and driver.corrupt_bytes(1) == 0
-    finally:
-        driver.close()
+    write_h1_to_h2(fab)
     sent = sum(tx_packets(p) - before[p][0] for p in ports)
     queued = sum(root_qdisc_packets(p) - before[p][1] for p in ports)
     # The write's data and SACKs crossed the switches (2 switch ports per
@@ -81,20 +88,7 @@ def test_afxdp_fabric_queues_every_port_in_its_stage(fabric_factory):
     assert types == ['afxdp'] * len(ports)
     assert fab.signals is not None
     queued0 = sum(root_qdisc_packets(q) for q in fab.signals.queues.values())
-    driver = EndpointFlows(fab, 'mrc', seed=2)
-    try:
-        driver.prepare([('h1', 'h2', SIZE)])
-        t0 = time.monotonic()
-        driver.start(1, 'h1', 'h2', SIZE)
-        deadline = t0 + TIMEOUT_S
-        while driver.status(1) == 'running':
-            assert time.monotonic() < deadline
-            driver.poll()
-        elapsed = time.monotonic() - t0
-        assert driver.status(1) == 'done', driver.error(1)
-        assert driver.delivered(1) == SIZE and driver.corrupt_bytes(1) == 0
-    finally:
-        driver.close()
+    elapsed = write_h1_to_h2(fab)
     # Shaped: one plane's port at RATE_BPS cannot carry the payload faster.
     assert elapsed >= SIZE * 8 / RATE_BPS
     # Every data packet queued at three switch ports (leaf, spine, leaf) on
