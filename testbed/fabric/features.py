@@ -224,6 +224,33 @@ def afxdp_ports() -> bool:
     return bool(shutil.which('ovs-vsctl')) and 'afxdp' in ovs.interface_types()
 
 
+# What one AF_XDP switch port costs in memory: ovs-vswitchd held 12.1 GB, all of it
+# locked (it runs with --mlockall), with the 160 `afxdp` ports of fattree,k=4,planes=2
+# (OVS 3.1: its packet buffers, a fixed size per port). Measured, rounded up.
+AFXDP_PORT_BYTES = 76 << 20
+MEMORY_LEFT_BYTES = 2 << 30     # ... and what everything else on the machine keeps
+
+
+def afxdp_misfit(switch_ports: int) -> str | None:
+    """Why a fabric of `switch_ports` AF_XDP ports cannot be built here; None if it can."""
+    if not afxdp_ports():
+        return 'Open vSwitch here has no AF_XDP ports'
+    need, free = switch_ports * AFXDP_PORT_BYTES, memory_available()
+    if need + MEMORY_LEFT_BYTES > free:
+        return ('%d AF_XDP ports need %.1f GB of locked memory; %.1f GB is available'
+                % (switch_ports, need / 1e9, free / 1e9))
+    return None
+
+
+def memory_available() -> int:
+    """The kernel's estimate of memory available without swapping, in bytes."""
+    with open('/proc/meminfo') as f:
+        for line in f:
+            if line.startswith('MemAvailable:'):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _next_csid() -> bool:
     if not shutil.which('ip'):
         return False

@@ -32,16 +32,17 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
-from testbed.fabric import ovs, port_stage, signals, verbosity
+from testbed.fabric import cpu_placement, ovs, port_stage, signals, verbosity
 from testbed.fabric.convergence import DEFAULT_CONVERGENCE_DELAY_S
-from testbed.fabric.features import afxdp_ports, ovs_datapath
+from testbed.fabric.features import afxdp_misfit, ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.probe import PathProber
 from testbed.fabric.link_options import (FeatureMissing, LinkOptionError,
                                          resolve)
 from testbed.fabric.netns import write_sysctl
 from testbed.fabric.run_lock import RunLock
-from testbed.fabric.topo_spec import TopoSpec
+from testbed.fabric.topo_spec import AUTO, TopoSpec
+from testbed.topologies.link_params import AFXDP_MAX_MTU
 from testbed.fabric.usid_plan import FabricPlan
 from testbed.nic.emulated_timescale import MTU, NO_SIGNALS, CongestionSignals
 
@@ -82,29 +83,31 @@ class FabricNet:
             raise FabricError('convergence delay must be >= 0 s, got %r'
                               % (convergence_delay_s,))
         self.convergence_delay_s = float(convergence_delay_s)
-        # afxdp=1: AF_XDP switch ports, each link staged (port_stage); they
-        # exist only in the userspace datapath.
-        self.afxdp = bool(spec.kwargs().get('afxdp'))
-        self.datapath = 'user' if self.afxdp else datapath or ovs_datapath()
         # Before the run lock, OVS or any namespace: a link option the
         # kernel cannot apply is refused, not left to TCLink's logged errors.
         self.topo = spec.build()
         self.plan = FabricPlan.from_topo(self.topo)
+        # The links' MTU (the spec's mtu=, else the kernel's): its one road.
+        self.mtu: int = int(spec.kwargs().get('mtu', MTU))
+        # afxdp=1: AF_XDP switch ports, each link staged (port_stage); they
+        # exist only in the userspace datapath. afxdp=auto: where they fit.
+        self.afxdp, self.switch_port_choice = self._choose_ports(
+            spec.kwargs().get('afxdp', 0))
+        self.datapath = 'user' if self.afxdp else datapath or ovs_datapath()
+        # Which cores its PMD thread and the endpoint loop run on (None: the
+        # scheduler's choice; cpu_placement says why).
+        self.placement = cpu_placement.plan() if self.afxdp else None
         try:
             self.link_options = resolve(spec.kwargs())
             self.signal_settings, self.missing_features = signals.resolve(
                 spec.kwargs(), self.plan.longest_path_links)
         except (FeatureMissing, LinkOptionError) as err:
             raise FabricError('%s: %s' % (spec, err)) from err
-        if self.afxdp:
-            self._check_afxdp()
         self.signals: signals.SignallingPorts | None = None
         # The one road of the link rate: what every link is shaped to (the
         # spec's bw=), None on unshaped links. Drivers size their QPs on it.
         bw = spec.kwargs().get('bw')
         self.link_rate_bps: float | None = float(bw) * 1e6 if bw else None
-        # ... and of the links' MTU (the spec's mtu=, else the kernel's).
-        self.mtu: int = int(spec.kwargs().get('mtu', MTU))
         # The idle base RTT, once something measured it
         # (workload.base_rtt; a hardware profile's delay is made up from it).
         self.measured_base_rtt_s: float | None = None
@@ -183,17 +186,44 @@ class FabricNet:
                 if i.name != 'lo'] + [s.name for s in self.net.switches] + \
             port_stage.stages(self.net.links)
 
-    def _check_afxdp(self) -> None:
-        if os.geteuid() == 0 and not afxdp_ports():
-            raise FabricError('%s: afxdp=1 needs Open vSwitch with AF_XDP ports '
-                              '(see `mrc-testbed doctor`)' % self.spec)
+    def _choose_ports(self, asked: int | str) -> tuple[bool, str]:
+        """Whether the switch ports are AF_XDP ones, and why: as the spec
+        asks (refused where they cannot be built), or with afxdp=auto the
+        faster where they fit (BENCHMARKS.md §6), system ports elsewhere."""
+        if asked != AUTO:
+            if asked and os.geteuid() == 0 and (why := self._afxdp_misfit(False)):
+                raise FabricError('%s: afxdp=1: %s (see `mrc-testbed doctor`)'
+                                  % (self.spec, why))
+            return bool(asked), 'afxdp=%d' % asked
+        why_not = self._afxdp_misfit(True)
+        if why_not is None:
+            return True, 'afxdp=auto: AF_XDP ports fit here'
+        return False, 'afxdp=auto: system ports, %s' % why_not
+
+    def _afxdp_misfit(self, auto: bool) -> str | None:
+        """Why AF_XDP ports cannot carry this fabric here; None if they can.
+        Chosen by auto, they also want what made them worth choosing: the
+        MTU a veth runs native XDP at, and a core of the PMD thread's own."""
+        if auto and self.mtu > AFXDP_MAX_MTU:
+            return 'mtu %d is above the %d an AF_XDP port on a veth takes' % (
+                self.mtu, AFXDP_MAX_MTU)
+        if auto and cpu_placement.plan() is None:
+            return 'one core: none of its own for the PMD thread'
+        topo = self.topo
+        return afxdp_misfit(sum(1 for link in topo.links() for node in link
+                                if topo.isSwitch(node)))
 
     def _open_afxdp_ports(self) -> None:
         """Every switch port re-opened as an `afxdp` port a PMD thread polls,
         in native XDP mode (port_stage says why), the PMD thread allowed to
-        sleep while its ports are idle (the setting restored at teardown)."""
-        before = ovs.pmd_max_sleep(ovs.PMD_MAX_SLEEP_US)
-        self.add_cleanup(partial(ovs.pmd_max_sleep, before))
+        sleep while its ports are idle and kept on its own core
+        (cpu_placement); both settings restored at teardown."""
+        settings = {'pmd-maxsleep': str(ovs.PMD_MAX_SLEEP_US)}
+        if self.placement is not None:
+            settings['pmd-cpu-mask'] = self.placement.pmd_cpu_mask
+        for key, value in settings.items():
+            self.add_cleanup(partial(ovs.other_config, key,
+                                     ovs.other_config(key, value)))
         ovs.set_port_type(self.switch_ports, 'afxdp', xdp_mode='native')
 
     def _raise_tx_buffer(self) -> None:

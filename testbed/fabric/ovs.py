@@ -197,13 +197,6 @@ SYS_PIDFD_GETFD = 438               # the same number on every architecture
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _vswitchd_pid() -> int | None:
-    try:
-        return int(open(VSWITCHD_PIDFILE).read().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def _unbound_packet_sockets() -> set[str]:
     """Inodes of this namespace's AF_PACKET sockets bound to no interface and
     no protocol: what af_packet_sock() makes (the ports' receive sockets are
@@ -313,13 +306,14 @@ def _port_errors(ports: list[str]) -> list[str]:
             if error or not ofport.strip().isdigit() or int(ofport) < 1]
 
 
-def pmd_max_sleep(us: int | None) -> int | None:
-    """Set `other_config:pmd-maxsleep` (None removes it); what it was before."""
+def other_config(key: str, value: str | None) -> str | None:
+    """Set the Open_vSwitch table's `other_config:<key>` (None removes it); what it was
+    before (None: unset), for the caller to put back."""
     out = _vsctl('--if-exists', 'get', 'Open_vSwitch', '.',
-                 'other_config:pmd-maxsleep').stdout.strip().strip('"')
-    before = int(out) if out.isdigit() else None
-    if us is None:
-        _vsctl('remove', 'Open_vSwitch', '.', 'other_config', 'pmd-maxsleep')
+                 'other_config:' + key).stdout.strip().strip('"')
+    before = out or None
+    if value is None:
+        _vsctl('remove', 'Open_vSwitch', '.', 'other_config', key)
     else:
-        _vsctl('set', 'Open_vSwitch', '.', 'other_config:pmd-maxsleep=%d' % us)
+        _vsctl('set', 'Open_vSwitch', '.', 'other_config:%s=%s' % (key, value))
     return before

@@ -8,7 +8,8 @@ a shaped fabric the switch ports mark CE and trim
 (`testbed.fabric.signals`): ``mark=0`` / ``trim=0`` turn either off,
 ``mark_kb=`` / ``trim_kb=`` set their thresholds, ``mark_last=1`` marks the
 last hop into a host too (a RoCE fabric, for DCQCN). ``afxdp=1`` builds
-AF_XDP switch ports polled by a PMD thread (`testbed.fabric.port_stage`). Whether this
+AF_XDP switch ports polled by a PMD thread (`testbed.fabric.port_stage`),
+``afxdp=auto`` builds them where they fit (`FabricNet`). Whether this
 kernel can apply them is decided when a fabric is built
 (`testbed.fabric.link_options`, `FabricNet`), not here: parsing stays free
 of side effects and of root.
@@ -30,6 +31,9 @@ TOPOLOGIES: dict[str, type[Topo]] = {
 DEFAULT_SPEC = 'fattree,k=4,planes=2'
 DECIMAL_KEYS = ('bw', 'delay', 'mark_kb', 'trim_kb')  # Mbit/s, ms, kB
 FLAG_KEYS = ('ecn', 'mark', 'trim', 'mark_last', 'afxdp')     # 0 or 1
+AUTO = 'auto'
+AUTO_KEYS = ('afxdp',)          # ... or auto: the fabric decides when it is built
+Value = float | int | str
 
 
 class TopoSpecError(ValueError):
@@ -39,12 +43,12 @@ class TopoSpecError(ValueError):
 @dataclass(frozen=True)
 class TopoSpec:
     name: str
-    params: tuple[tuple[str, float | int], ...]
+    params: tuple[tuple[str, Value], ...]
 
     def __str__(self) -> str:
         return ','.join([self.name] + ['%s=%s' % kv for kv in self.params])
 
-    def kwargs(self) -> dict[str, float | int]:
+    def kwargs(self) -> dict[str, Value]:
         return dict(self.params)
 
     def build(self) -> Topo:
@@ -61,7 +65,7 @@ def parse_topo_spec(text: str) -> TopoSpec:
         raise TopoSpecError('unknown topology %r (known: %s)'
                             % (name, ', '.join(sorted(TOPOLOGIES))))
     allowed = _parameters(TOPOLOGIES[name])
-    params: dict[str, float | int] = {}
+    params: dict[str, Value] = {}
     for pair in pairs:
         key, sep, value = pair.partition('=')
         if not sep or key not in allowed:
@@ -77,7 +81,7 @@ def _parameters(cls: type[Topo]) -> list[str]:
     return [p for p in inspect.signature(cls.build).parameters if p != 'self']
 
 
-def _number(name: str, key: str, value: str) -> float | int:
+def _number(name: str, key: str, value: str) -> Value:
     if key in FLAG_KEYS:
         return _flag(name, key, value)
     decimal = key in DECIMAL_KEYS
@@ -93,7 +97,10 @@ def _number(name: str, key: str, value: str) -> float | int:
     return number
 
 
-def _flag(name: str, key: str, value: str) -> int:
+def _flag(name: str, key: str, value: str) -> int | str:
+    if key in AUTO_KEYS and value == AUTO:
+        return AUTO
     if value not in ('0', '1'):
-        raise TopoSpecError('%s: %s=%r must be 0 or 1' % (name, key, value))
+        raise TopoSpecError('%s: %s=%r must be 0 or 1%s' % (
+            name, key, value, ' or auto' if key in AUTO_KEYS else ''))
     return int(value)

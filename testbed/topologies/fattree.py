@@ -47,7 +47,7 @@ class MultiPlaneFatTree(Topo):
         if not 1 <= planes <= 8:
             raise ValueError('fattree: planes must be 1..8, got %d' % planes)
         half = k // 2
-        link = tc_link_params(bw, delay, ecn, check_mtu('fattree', mtu))
+        link = tc_link_params(bw, delay, ecn, check_mtu('fattree', mtu, afxdp))
         hosts = [self.addHost('h%d' % (n + 1)) for n in range(k ** 3 // 4)]
         for p in range(1, planes + 1):
             core = [self.sw('p%dc%d' % (p, c), p, 'core', c)

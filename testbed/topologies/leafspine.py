@@ -50,7 +50,7 @@ class MultiPlaneLeafSpine(Topo):
                              '>= 1, got %d, %d, %d' % (leaves, spines, hosts))
         if not 1 <= planes <= 8:
             raise ValueError('leafspine: planes must be 1..8, got %d' % planes)
-        link = tc_link_params(bw, delay, ecn, check_mtu('leafspine', mtu))
+        link = tc_link_params(bw, delay, ecn, check_mtu('leafspine', mtu, afxdp))
         nodes = [self.addHost('h%d' % (n + 1)) for n in range(leaves * hosts)]
         for p in range(1, planes + 1):
             tops = [self.sw('p%ds%d' % (p, s), p, 'spine', s)

@@ -100,12 +100,28 @@ def markdown(scenario, summary: dict[str, dict], plots: list[str],
     lines += congestion_section(summary)
     notes = sorted({r for m in summary.values()
                     for r in m['health'].get('reasons', [])})
+    lines += emulator_section(summary)
     if notes:
         lines += ['## Emulation health', ''] + ['- %s' % n for n in notes] + [
             '', 'Rows marked NOT TRUSTED were measured while the emulator '
             'could not keep up or lacked a feature: read them as such.', '']
     lines += ['## Plots', ''] + ['![%s](%s)' % (p, p) for p in plots]
     return '\n'.join(lines) + '\n'
+
+
+def emulator_section(summary: dict) -> list[str]:
+    """Which switch ports forwarded, and where the emulation ran on the cores."""
+    lines = []
+    for name, m in summary.items():
+        ports, placed = m['health'].get('switch_ports'), m['health'].get('cpu_placement')
+        if ports:
+            lines.append('- %s: %s switch ports (%s)%s' % (
+                name, ports['type'], ports['why'], '' if not placed else
+                '; PMD thread on core %s, endpoint loop on core %s at nice %d' % (
+                    ','.join(map(str, placed['pmd_cores'])),
+                    ','.join(map(str, placed['endpoint_cores'])),
+                    placed['endpoint_nice'])))
+    return ['## Emulator', ''] + lines + [''] if lines else []
 
 
 CONGESTION_COLUMNS = ('transport', 'CE marks', 'trims', 'queue drops',

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.fabric.cpu_placement import endpoint_loop
 from testbed.fabric.faults.catalogue import call_args
 from testbed.fabric.net import FabricNet
 from testbed.fabric.packet_capture import PacketCapture, capture_points
@@ -153,7 +154,7 @@ class TransportRunner:
             driver = info.driver(fab, self.sc.seed, self.run.fabric_mode,
                                  self.run.cc, self._timescale(fab))
             try:
-                with self._capture(fab):
+                with self._capture(fab), endpoint_loop(fab.placement):
                     self._loop(fab, driver, injector, phases)
             finally:
                 injector.restore_all()
@@ -263,6 +264,10 @@ class TransportRunner:
             health0, HealthSample.now(host_pids), missing,
             endpoint_loop=transport(self.run.transport).family == 'endpoint',
             send_losses=driver.send_losses())
+        self.run.health['switch_ports'] = {
+            'type': 'afxdp' if fab.afxdp else 'system', 'why': fab.switch_port_choice}
+        self.run.health['cpu_placement'] = (fab.placement.describe()
+                                            if fab.placement else None)
 
     def _switch_counters(self, fab) -> SwitchCounters:
         ports = fab.signals

@@ -472,8 +472,13 @@ def sized_for(topology: str, hardware: str | None) -> str:
     spec = parse_topo_spec(topology)
     if hardware is None or 'mtu' in spec.kwargs():
         return topology
-    return str(parse_topo_spec('%s,mtu=%d' % (topology,
-                                              HARDWARE_PROFILES[hardware].mtu)))
+    mtu = HARDWARE_PROFILES[hardware].mtu
+    try:
+        return str(parse_topo_spec('%s,mtu=%d' % (topology, mtu)))
+    except TopoSpecError as err:
+        raise _Invalid('hardware', '%s carries %d-byte packets, which this '
+                       'topology cannot (%s): name a smaller mtu= in the topology'
+                       % (hardware, mtu, err)) from None
 
 
 def _hardware(value: Any) -> str | None:

@@ -120,3 +120,20 @@ def test_health_gate_counts_what_afxdp_ports_drop_unread():
     # drops over the whole call: a few packets either way.
     assert abs(health['datapath_unread_drops'] - lost) <= 0.01 * lost
     assert health['saturated']
+
+
+def test_afxdp_auto_builds_the_faster_ports_only_where_they_fit():
+    """afxdp=auto: AF_XDP ports where this machine can hold them (features.afxdp_misfit:
+    OVS support, their locked memory, a core for the PMD thread), system ports with the
+    reason otherwise; an MTU above what a veth runs native XDP at always gets system ports."""
+    from testbed.fabric.features import afxdp_misfit
+    from testbed.fabric.net import FabricNet
+    from testbed.fabric.topo_spec import parse_topo_spec
+    big = FabricNet(parse_topo_spec(SPEC + ',mtu=4096,afxdp=auto'))
+    assert not big.afxdp and big.placement is None
+    assert 'mtu 4096 is above the 3506' in big.switch_port_choice
+    fab = FabricNet(parse_topo_spec(SPEC + ',afxdp=auto'))
+    # 10 switch ports: a host's port at each leaf, and 4 leaf-spine links' two ends.
+    why_not = afxdp_misfit(10)
+    assert fab.afxdp == (why_not is None), fab.switch_port_choice
+    assert fab.afxdp == (fab.placement is not None)

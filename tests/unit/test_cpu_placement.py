@@ -1,0 +1,50 @@
+"""Where the PMD thread and the endpoint loop run (testbed.fabric.cpu_placement)."""
+import os
+import threading
+
+import pytest
+
+from testbed.fabric import cpu_placement
+from testbed.fabric.cpu_placement import ENDPOINT_NICE, Placement, endpoint_loop, plan
+
+
+def test_the_pmd_thread_takes_the_lowest_core_and_the_loop_the_rest():
+    assert plan(frozenset({0, 1})) == Placement(frozenset({0}), frozenset({1}))
+    placed = plan(frozenset({2, 5, 7}))
+    assert placed.pmd_cores == {2} and placed.endpoint_cores == {5, 7}
+    assert placed.pmd_cpu_mask == '0x4'
+
+
+def test_one_core_is_left_to_the_scheduler():
+    assert plan(frozenset({3})) is None
+
+
+def _thread_nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason='needs two cores')
+def test_the_loop_runs_pinned_and_raised_and_both_come_back():
+    cores, nice = os.sched_getaffinity(0), _thread_nice()
+    placed = plan()
+    with endpoint_loop(placed):
+        assert os.sched_getaffinity(0) == placed.endpoint_cores
+        if os.geteuid() == 0:
+            assert _thread_nice() == ENDPOINT_NICE
+    assert os.sched_getaffinity(0) == cores and _thread_nice() == nice
+
+
+def test_no_placement_changes_nothing():
+    cores, nice = os.sched_getaffinity(0), _thread_nice()
+    with endpoint_loop(None):
+        assert os.sched_getaffinity(0) == cores and _thread_nice() == nice
+
+
+def test_the_placement_is_restored_when_the_loop_fails():
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip('needs two cores')
+    cores = os.sched_getaffinity(0)
+    with pytest.raises(RuntimeError):
+        with endpoint_loop(cpu_placement.plan()):
+            raise RuntimeError('trial failed')
+    assert os.sched_getaffinity(0) == cores
