@@ -94,7 +94,8 @@ def leftovers() -> dict[str, list]:
     return {'processes': ['%d %s' % kv for kv in our_processes().items()], 'bridges': ovs.list_bridges(ours_only=True),
             'links': our_links(), 'netns': our_netns(),
             'nft_tables': our_nft_tables(), 'workdirs': glob.glob(WORKDIR_GLOB),
-            'bpf_pins': switch_port.leftover_pin_dirs()}
+            'bpf_pins': switch_port.leftover_pin_dirs(),
+            'ovs_settings': sorted(ovs.saved_settings())}
 
 
 def _ovs_up() -> bool:
@@ -134,4 +135,6 @@ def clean() -> dict[str, int]:
     # After the links: the switch-port filters went with them, and the pins are all that
     # keeps the program alive (clean_pins also takes our filter off anything still here).
     removed['bpf_pins'] = switch_port.clean_pins()
+    # What a fabric set in OVS's own configuration (PMD settings of an afxdp=1 fabric).
+    removed['ovs_settings'] = ovs.restore_settings() if _ovs_up() else 0
     return removed

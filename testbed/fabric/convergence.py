@@ -16,11 +16,14 @@ the race between convergence and an RC QP's retry budget, so convergence is
 scaled by the same factor as the QP's ACK timer: the emulated packet timeout
 over the hardware one it stands for (16.8 ms, mrc.h timeout 14, what
 `testbed.nic.emulated_timescale` calls the hardware value): about 12x, so
-500 ms on hardware is about 6 s here.
+500 ms on hardware is about 6 s here. A fabric whose base RTT is longer than
+the tuned one (slower links, longer paths, larger packets) stretches its
+timers further, and its convergence with them (`delay_for`): 3,500-byte
+packets on the default fat-tree (27.6 ms against 18.0) make it 9.0 s.
 """
 from __future__ import annotations
 
-from testbed.nic.emulated_timescale import PACKET_TIMEOUT_RTTS, TUNED_RTT_S
+from testbed.nic.emulated_timescale import PACKET_TIMEOUT_RTTS, TUNED_RTT_S, timer_rtt_s
 
 HARDWARE_CONVERGENCE_S = 0.5
 HARDWARE_ACK_TIMEOUT_S = 1.024e-6 * 2 ** 14     # mrc.h timeout 14: 16.8 ms
@@ -29,6 +32,15 @@ TIMER_SCALE = PACKET_TIMEOUT_RTTS * TUNED_RTT_S / HARDWARE_ACK_TIMEOUT_S
 DEFAULT_CONVERGENCE_DELAY_S = round(HARDWARE_CONVERGENCE_S * TIMER_SCALE, 2)
 
 
-def emulated_delay(hardware_s: float) -> float:
-    """A hardware convergence time on the emulated timescale."""
-    return hardware_s * TIMER_SCALE
+def emulated_delay(hardware_s: float, base_rtt_s: float = TUNED_RTT_S) -> float:
+    """A hardware convergence time on the emulated timescale of a fabric whose
+    base RTT is `base_rtt_s` (its timers' scale: emulated_timescale.timer_rtt_s)."""
+    return hardware_s * TIMER_SCALE * timer_rtt_s(base_rtt_s) / TUNED_RTT_S
+
+
+def delay_for(base_rtt_s: float | None) -> float:
+    """The default convergence delay of a fabric with that base RTT (None:
+    unshaped links, the tuned fabric's)."""
+    if base_rtt_s is None:
+        return DEFAULT_CONVERGENCE_DELAY_S
+    return round(emulated_delay(HARDWARE_CONVERGENCE_S, base_rtt_s), 2)

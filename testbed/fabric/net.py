@@ -32,8 +32,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
-from testbed.fabric import cpu_placement, ovs, port_stage, signals, verbosity
-from testbed.fabric.convergence import DEFAULT_CONVERGENCE_DELAY_S
+from testbed.fabric import convergence, cpu_placement, ovs, port_stage, signals, verbosity
 from testbed.fabric.features import afxdp_misfit, ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.probe import PathProber
@@ -44,7 +43,8 @@ from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import AUTO, TopoSpec
 from testbed.topologies.link_params import AFXDP_MAX_MTU
 from testbed.fabric.usid_plan import FabricPlan
-from testbed.nic.emulated_timescale import MTU, NO_SIGNALS, CongestionSignals
+from testbed.nic.emulated_timescale import (MTU, NO_SIGNALS, CongestionSignals,
+                                            base_rtt_s)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FLOW_INSTALL_TIMEOUT_S = 60.0
@@ -77,12 +77,11 @@ class FabricNet:
     `fab.net` (the Mininet object), `fab.plan` and `fab.timings`."""
 
     def __init__(self, spec: TopoSpec, datapath: str | None = None,
-                 convergence_delay_s: float = DEFAULT_CONVERGENCE_DELAY_S) -> None:
+                 convergence_delay_s: float | None = None) -> None:
         self.spec = spec
-        if not convergence_delay_s >= 0:
+        if convergence_delay_s is not None and not convergence_delay_s >= 0:
             raise FabricError('convergence delay must be >= 0 s, got %r'
                               % (convergence_delay_s,))
-        self.convergence_delay_s = float(convergence_delay_s)
         # Before the run lock, OVS or any namespace: a link option the
         # kernel cannot apply is refused, not left to TCLink's logged errors.
         self.topo = spec.build()
@@ -108,6 +107,10 @@ class FabricNet:
         # spec's bw=), None on unshaped links. Drivers size their QPs on it.
         bw = spec.kwargs().get('bw')
         self.link_rate_bps: float | None = float(bw) * 1e6 if bw else None
+        # Unless given, on the timescale of this fabric's timers (convergence.py).
+        self.convergence_delay_s = float(
+            convergence.delay_for(self.base_rtt_s) if convergence_delay_s is None
+            else convergence_delay_s)
         # The idle base RTT, once something measured it
         # (workload.base_rtt; a hardware profile's delay is made up from it).
         self.measured_base_rtt_s: float | None = None
@@ -186,6 +189,14 @@ class FabricNet:
                 if i.name != 'lo'] + [s.name for s in self.net.switches] + \
             port_stage.stages(self.net.links)
 
+    @property
+    def base_rtt_s(self) -> float | None:
+        """The formula base RTT of the fabric's longest path
+        (emulated_timescale.base_rtt_s); None on unshaped links."""
+        if not self.link_rate_bps:
+            return None
+        return base_rtt_s(self.link_rate_bps, self.plan.longest_path_links, self.mtu)
+
     def _choose_ports(self, asked: int | str) -> tuple[bool, str]:
         """Whether the switch ports are AF_XDP ones, and why: as the spec
         asks (refused where they cannot be built), or with afxdp=auto the
@@ -218,12 +229,10 @@ class FabricNet:
         in native XDP mode (port_stage says why), the PMD thread allowed to
         sleep while its ports are idle and kept on its own core
         (cpu_placement); both settings restored at teardown."""
-        settings = {'pmd-maxsleep': str(ovs.PMD_MAX_SLEEP_US)}
+        self.add_cleanup(ovs.restore_settings)
+        ovs.set_for_fabric('pmd-maxsleep', str(ovs.PMD_MAX_SLEEP_US))
         if self.placement is not None:
-            settings['pmd-cpu-mask'] = self.placement.pmd_cpu_mask
-        for key, value in settings.items():
-            self.add_cleanup(partial(ovs.other_config, key,
-                                     ovs.other_config(key, value)))
+            ovs.set_for_fabric('pmd-cpu-mask', self.placement.pmd_cpu_mask)
         ovs.set_port_type(self.switch_ports, 'afxdp', xdp_mode='native')
 
     def _raise_tx_buffer(self) -> None:

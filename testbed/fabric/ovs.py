@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -304,6 +305,40 @@ def _port_errors(ports: list[str]) -> list[str]:
     return ['%s: %s' % (name, error or 'no OpenFlow port')
             for name, ofport, error in (line.split(',', 2) for line in out.splitlines())
             if error or not ofport.strip().isdigit() or int(ofport) < 1]
+
+
+# A setting a fabric changes in the Open_vSwitch table's other_config keeps what it was
+# in external_ids under this prefix ('' for unset) until the fabric puts it back: so
+# `mrc-testbed clean` restores it after a run that was killed.
+SAVED_PREFIX = 'mrc-testbed-saved-'
+
+
+def set_for_fabric(key: str, value: str) -> None:
+    """other_config:<key>=<value>, what it was saved (a save left by a killed run is kept:
+    it holds the value from before any of ours)."""
+    before = other_config(key, value)
+    if key not in saved_settings():
+        _vsctl('set', 'Open_vSwitch', '.',
+               'external_ids:%s%s="%s"' % (SAVED_PREFIX, key, before or ''))
+
+
+def saved_settings() -> dict[str, str]:
+    """other_config key -> the value it had before a fabric set it ('' for unset)."""
+    out = _vsctl('--if-exists', 'get', 'Open_vSwitch', '.', 'external_ids', timeout=5)
+    if out.returncode:
+        return {}
+    pairs = re.findall(r'"?%s([\w-]+)"?="?([^",}]*)"?' % re.escape(SAVED_PREFIX),
+                       out.stdout)
+    return dict(pairs)
+
+
+def restore_settings() -> int:
+    """Put back every setting a fabric changed; how many."""
+    saved = saved_settings()
+    for key, before in saved.items():
+        other_config(key, before or None)
+        _vsctl('remove', 'Open_vSwitch', '.', 'external_ids', SAVED_PREFIX + key)
+    return len(saved)
 
 
 def other_config(key: str, value: str | None) -> str | None:

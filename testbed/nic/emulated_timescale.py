@@ -207,6 +207,13 @@ def mpr_units(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> int:
 TUNED_RTT_S = base_rtt_s(10e6, 6)
 
 
+def timer_rtt_s(rtt_s: float) -> float:
+    """The base RTT a fabric's timers are set in: its own, but not below the
+    tuned fabric's; under it, the Python endpoints' and the userspace
+    datapath's own milliseconds of jitter dominate."""
+    return max(rtt_s, TUNED_RTT_S)
+
+
 def emulated_qp_profile(link_rate_bps: float | None = None,
                         rtt_s: float = PROCESSING_RTT_S,
                         signals: CongestionSignals = NO_SIGNALS,
@@ -228,9 +235,7 @@ def emulated_qp_profile(link_rate_bps: float | None = None,
     Where the fabric marks CE, a SKIP verdict comes from CE alone; where it
     does not, a one-way queueing delay above SKIP_QUEUEING_TARGET_S stands
     in for the mark (the only congestion signal such a fabric gives)."""
-    # Not below the tuned fabric's RTT: under it, the Python endpoints' and
-    # the userspace datapath's own milliseconds of jitter dominate.
-    rtt = max(rtt_s, TUNED_RTT_S)
+    rtt = timer_rtt_s(rtt_s)
     packet_timeout = PACKET_TIMEOUT_RTTS * rtt
     cc_profile = CcProfile() if link_rate_bps is None else \
         CcProfile.for_fabric(cc, link_rate_bps, rtt_s, mtu, signals.trimming,

@@ -13,7 +13,8 @@ from testbed.shell.text import CliError
 from testbed.workload import run_scenario
 from testbed.workload.runner import fabric_spec
 
-SPEC = fabric_spec('fattree,k=4,planes=2', 10)
+# The default scenario's fabric.
+SPEC = fabric_spec('fattree,k=4,planes=2,mtu=3500,afxdp=auto', 10)
 LINK = {'a': 'p1a0x0', 'b': 'p1c0'}
 DEFAULT = Path(__file__).resolve().parents[2] / 'scenarios/link_failure_allreduce.yaml'
 
@@ -120,6 +121,6 @@ def test_scenario_runs_on_this_fabric_or_says_which_to_start(cli, monkeypatch):
     assert cli.transfers.resets == 1     # the agents stop: the port is needed
     cli.fab.spec = fabric_spec('fattree,k=4,planes=2', 20)
     with pytest.raises(CliError, match=r'mrc-testbed cli --topo '
-                       r'fattree,k=4,planes=2 --bw 10'):
+                       r'fattree,afxdp=auto,k=4,mtu=3500,planes=2 --bw 10'):
         cli.do_scenario(str(DEFAULT))
     assert len(ran) == 1

@@ -48,7 +48,7 @@ def test_check_accepts_a_good_scenario_in_one_line():
     assert result.returncode == 0, result.stderr
     assert result.stdout.count('\n') == 1 and result.stderr == ''
     assert result.stdout.startswith(DEFAULT + ': ok: link_failure_allreduce, '
-                                    'fattree,k=4,planes=2 at 10 Mbit/s')
+                                    'fattree,afxdp=auto,k=4,mtu=3500,planes=2 at 10 Mbit/s')
 
 
 def unprivileged_user() -> pwd.struct_passwd | None:

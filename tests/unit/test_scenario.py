@@ -137,7 +137,7 @@ def test_shipped_scenario_stays_within_the_emulators_budget(path):
 
 def test_default_scenario_is_the_link_failure_allreduce():
     scenario = load_scenario(ROOT / 'scenarios/link_failure_allreduce.yaml')
-    assert scenario.topology == 'fattree,k=4,planes=2'
+    assert scenario.topology == 'fattree,afxdp=auto,k=4,mtu=3500,planes=2'
     assert scenario.transports == ('mrc', 'rc', 'ecmp')
     assert scenario.workload.type == 'ring_allreduce'
     pods = {scenario.plan().host_ports[(h, 1)].switch[3]
