@@ -42,11 +42,12 @@ def blocks(record: dict) -> dict[str, str]:
                      table(summary), record['results']),
         'health': 'In the run above MRC\'s endpoint loop used %.0f %% of a '
                   'core and waited %.0f %% of the run for one; the machine '
-                  'was %.0f %% busy (endpoint core: %s).\n' % (
+                  'was %.0f %% busy (endpoint core: %s; switch ports: %s).\n' % (
                       100 * mrc['endpoint_process_cpu'],
                       100 * mrc['endpoint_cpu_wait'],
                       100 * mrc['machine_cpu_busy'],
-                      record.get('endpoint_core', 'not recorded')),
+                      record.get('endpoint_core', 'not recorded'),
+                      mrc.get('switch_ports', {}).get('type', 'system')),
     }
 
 

@@ -145,11 +145,13 @@ class FabricNet:
         # OpenFlow 1.5 for the controller (its select groups need it:
         # testbed.controller.ofp_groups), 1.3 for ovs-ofctl readers.
         switch = partial(ovs.FabricSwitch, datapath=self.datapath, failMode='secure',
-                         protocols='OpenFlow13,OpenFlow15', batch=True)
+                         protocols='OpenFlow13,OpenFlow15', batch=True,
+                         port_type='afxdp' if self.afxdp else 'system')
         # build=False: self.net exists before any node does, so stop() can
         # tear down a network whose build failed half way.
         if self.afxdp:
             port_stage.stage_links(self.topo)
+            self._set_pmd()
         self.net = Mininet(topo=self.topo, switch=switch, host=FabricHost,
                            controller=partial(UsidControllerNode,
                                               ip='127.0.0.1', port=port),
@@ -161,7 +163,7 @@ class FabricNet:
         self.links_tagged = True
         quiet_root_links(root_links)
         if self.afxdp:
-            self._open_afxdp_ports()
+            ovs.wait_ports_open(self.switch_ports, 'afxdp')
         t1 = time.monotonic()
         self._wait_flows()
         t2 = time.monotonic()
@@ -224,16 +226,15 @@ class FabricNet:
         return afxdp_misfit(sum(1 for link in topo.links() for node in link
                                 if topo.isSwitch(node)))
 
-    def _open_afxdp_ports(self) -> None:
-        """Every switch port re-opened as an `afxdp` port a PMD thread polls,
-        in native XDP mode (port_stage says why), the PMD thread allowed to
-        sleep while its ports are idle and kept on its own core
-        (cpu_placement); both settings restored at teardown."""
+    def _set_pmd(self) -> None:
+        """The PMD thread that will poll the `afxdp` switch ports (native XDP
+        mode: port_stage says why) allowed to sleep while its ports are idle
+        and kept on its own core (cpu_placement); set before any port exists,
+        restored at teardown."""
         self.add_cleanup(ovs.restore_settings)
         ovs.set_for_fabric('pmd-maxsleep', str(ovs.PMD_MAX_SLEEP_US))
         if self.placement is not None:
             ovs.set_for_fabric('pmd-cpu-mask', self.placement.pmd_cpu_mask)
-        ovs.set_port_type(self.switch_ports, 'afxdp', xdp_mode='native')
 
     def _raise_tx_buffer(self) -> None:
         """The userspace datapath's one transmit socket must hold what every

@@ -35,10 +35,26 @@ ANSWER_WAIT_S = 60.0
 
 
 class FabricSwitch(OVSSwitch):
-    """An OVS bridge marked as ours in OVSDB."""
+    """An OVS bridge marked as ours in OVSDB, its ports of `port_type`
+    (PORT_TYPES; an AF_XDP one in native XDP mode: testbed.fabric.port_stage)
+    from the start: re-opening a port later flaps it, and a routed fabric's
+    controller would take the flap for a link failure."""
+
+    def __init__(self, name: str, port_type: str = 'system', **params) -> None:
+        if port_type not in PORT_TYPES:
+            raise ValueError('port type %r: one of %s' % (port_type, ', '.join(PORT_TYPES)))
+        self.port_type = port_type
+        super().__init__(name, **params)
 
     def bridgeOpts(self) -> str:
         return super().bridgeOpts() + ' external-ids:%s=1' % OWNER_KEY
+
+    def intfOpts(self, intf) -> str:
+        opts = super().intfOpts(intf)
+        if self.port_type == 'system':
+            return opts
+        return (opts or ' -- set Interface %s' % intf) + \
+            ' type=%s options:xdp-mode=native' % self.port_type
 
 
 def _vsctl(*args: str, timeout: int = 30) -> subprocess.CompletedProcess:
@@ -291,6 +307,11 @@ def set_port_type(ports: list[str], port_type: str, timeout_s: float = 60.0,
     if result.returncode:
         raise RuntimeError('ovs-vsctl could not make the ports %s: %s'
                            % (port_type, result.stderr.strip()))
+    wait_ports_open(ports, port_type, timeout_s)
+
+
+def wait_ports_open(ports: list[str], port_type: str, timeout_s: float = 60.0) -> None:
+    """Wait until OVS has opened every one of `ports` (as `port_type`, for the error)."""
     deadline = time.monotonic() + timeout_s
     while (failing := _port_errors(ports)) and time.monotonic() < deadline:
         time.sleep(0.2)

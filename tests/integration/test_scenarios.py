@@ -50,7 +50,8 @@ from pathlib import Path
 import jsonschema
 
 from testbed.fabric.faults.catalogue import disruptive
-from testbed.nic.emulated_timescale import base_rtt_s, fabric_qp_profile
+from testbed.fabric.topo_spec import parse_topo_spec
+from testbed.nic.emulated_timescale import MTU, base_rtt_s, fabric_qp_profile
 from testbed.nic.retry_timer import retry_schedule, time_to_error
 from testbed.workload.congestion_metrics import _faulty, _touches
 from testbed.workload.metrics import SMOOTHING_S
@@ -94,11 +95,12 @@ class Fabric:
         plan = scenario.plan()
         rate = scenario.link_rate_mbit * 1e6
         links, planes = plan.longest_path_links, len(plan.planes)
-        rc = fabric_qp_profile('rc', rate, planes, links)
-        ecmp = fabric_qp_profile('ecmp', rate, planes, links)
+        mtu = int(parse_topo_spec(scenario.topology).kwargs().get('mtu', MTU))
+        rc = fabric_qp_profile('rc', rate, planes, links, mtu=mtu)
+        ecmp = fabric_qp_profile('ecmp', rate, planes, links, mtu=mtu)
         timeout = rc.transport_config.packet_timeout_s
         assert ecmp.transport_config.packet_timeout_s == timeout
-        return cls(base_rtt_s(rate, links), timeout,
+        return cls(base_rtt_s(rate, links, mtu), timeout,
                    time_to_error(timeout, rc.retry),
                    time_to_error(timeout, ecmp.retry),
                    len(retry_schedule(timeout, rc.retry)),
@@ -362,8 +364,9 @@ def test_link_failure_allreduce(tmp_path):
     assert_mrc_rides_through(sc, fabric, runs['mrc'])
     assert_healthy_plane_never_stalls(runs['mrc'], fabric, ('p1a0x0', 'p1c0'))
     outage = outage_s(sc, 'link_down')          # 4 s
-    # RC: its budget (8 T, 1.6 s) ends long before the link returns (4 s)
-    # or the routes move (5.9 s): a QP hashed across the link errors. The
+    # RC: its budget (8 T, 2.4 s on this fabric's 27.6 ms base RTT) ends long
+    # before the link returns (4 s) or the routes move (9.05 s): a QP hashed
+    # across the link errors. The
     # hash is deterministic (UDP source ports from the QP numbers, fixed hash
     # fields: docs/routed-fabric.md): in every run so far the ring's h1 ->
     # h5 write in flight at the fault failed so, as in the README's table.
@@ -372,7 +375,7 @@ def test_link_failure_allreduce(tmp_path):
                                  outage) is False
     assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
     assert not runs['rc'].summary['completed']
-    # ECMP: its budget (22 T, 4.4 s) outlasts the outage (4 s) by more than
+    # ECMP: its budget (22 T, 6.7 s) outlasts the outage (4 s) by more than
     # a timeout: every stalled QP resends after the link is back, and the
     # job completes.
     assert assert_routed_outcome(runs['ecmp'], fabric, fabric.ecmp_budget,
