@@ -1,8 +1,11 @@
 """Section 1, load balance: permutation traffic on a fat-tree, achieved
 goodput as a fraction of the ideal, per transport.
 
-The 8 hosts of pods 0 and 2 at 3 Mbit/s per link (16 hosts put the
-one-thread endpoint loop past the health gate's limit even at 3 Mbit/s):
+The 8 hosts of pods 0 and 2 at 7 Mbit/s per link with 3,500-byte packets
+(the packets per second of 3 Mbit/s with 1,500-byte ones: 16 hosts put the
+one-thread endpoint loop past the health gate's limit even then; larger
+packets carry the payload with the share of headers and SACKs nearer the
+hardware's 4 KB ones):
 - one plane: a single-path transport loses only to hash collisions (two
   flows on one core link), the effect behind the announced "about 60% to
   92%" utilisation;
@@ -25,19 +28,23 @@ from testbed.bench.harness import (BenchContext, SectionResult, Trial, md_table,
 from testbed.fabric.net import FabricNet
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.workload.congestion_metrics import queueing_summary
-from testbed.nic.emulated_timescale import (DATA_FRAME_BYTES,
-                                            DATA_PAYLOAD_BYTES,
-                                            SACK_FRAME_BYTES)
+from testbed.fabric.signals import default_thresholds
+from testbed.nic.emulated_timescale import (SACK_FRAME_BYTES, base_rtt_s,
+                                            data_frame_bytes, packet_time_s)
+from testbed.nic.wire import max_payload
 from testbed.nic.transport_config import TransportConfig
 from testbed.workload.runner import fabric_spec
 
 KEY = 'load_balance'
-RATE_MBIT = 3.0
+RATE_MBIT = 7.0
+MTU = 3500
+SIZE_MB = 5.0               # 2.9 s of ideal on two planes
 TRANSPORTS = ('mrc', 'ecmp', 'rc', 'tcp', 'mptcp')
 # Every host sends one flow and receives another, so each link carries one
 # flow's data and another's SACKs (one per ack_every packets) the same way.
-SACKED_CEILING = DATA_PAYLOAD_BYTES / (
-    DATA_FRAME_BYTES + SACK_FRAME_BYTES / TransportConfig().ack_every)
+ACK_EVERY = TransportConfig().ack_every
+SACKED_CEILING = max_payload(MTU) / (
+    data_frame_bytes(MTU) + SACK_FRAME_BYTES / ACK_EVERY)
 PODS_0_AND_2 = ('h1', 'h2', 'h3', 'h4', 'h9', 'h10', 'h11', 'h12')
 ONE_PER_EDGE = ('h1', 'h3', 'h9', 'h11')   # half the core's capacity
 
@@ -55,18 +62,25 @@ class Variant:
 
 
 NO_SIGNALS = ',mark=0,trim=0'
+ONE_PLANE = 'fattree,k=4,planes=1,mtu=%d' % MTU
+TWO_PLANES = 'fattree,k=4,planes=2,mtu=%d' % MTU
 VARIANTS = (
-    Variant('1 plane', 'fattree,k=4,planes=1', PODS_0_AND_2),
-    Variant('2 planes', 'fattree,k=4,planes=2', PODS_0_AND_2),
+    Variant('1 plane', ONE_PLANE, PODS_0_AND_2),
+    Variant('2 planes', TWO_PLANES, PODS_0_AND_2),
     # The same two with switch ports that neither mark nor trim.
-    Variant('1 plane, no signals', 'fattree,k=4,planes=1' + NO_SIGNALS,
+    Variant('1 plane, no signals', ONE_PLANE + NO_SIGNALS,
             PODS_0_AND_2, ('mrc', 'ecmp')),
-    Variant('2 planes, no signals', 'fattree,k=4,planes=2' + NO_SIGNALS,
+    Variant('2 planes, no signals', TWO_PLANES + NO_SIGNALS,
             PODS_0_AND_2, ('mrc', 'ecmp')),
     # Where MRC lands when the links past the NICs are not all full.
-    Variant('2 planes, 4 hosts', 'fattree,k=4,planes=2', ONE_PER_EDGE,
-            ('mrc',)),
+    Variant('2 planes, 4 hosts', TWO_PLANES, ONE_PER_EDGE, ('mrc',)),
 )
+# The fat-tree's paths: 6 links (host, edge, agg, core, agg, edge, host).
+PATH_LINKS = 6
+BASE_RTT_S = base_rtt_s(RATE_MBIT * 1e6, PATH_LINKS, MTU)
+PACKET_S = packet_time_s(RATE_MBIT * 1e6, MTU)
+MARK_PACKETS = default_thresholds(RATE_MBIT * 1e6, PATH_LINKS, MTU)[0] / \
+    data_frame_bytes(MTU)
 
 # Read after the section's figures in BENCHMARKS.md (analysis: the figures
 # are the table's, the reasoning is not measured by the run).
@@ -79,26 +93,29 @@ those hash collisions are what the announced "about 60%" describes. RC adds
 go-back-N; runs that hit the trial's cap count what they had delivered.
 MPTCP opens one subflow per plane (one on one plane). MRC sprays every flow
 over every path of every plane, so its flows finish together. Its ceiling
-here is the dashed line, not the 90.6% of one QP alone: every host sends
+here is the dashed line, not the {alone:.1%} of one QP alone: every host sends
 one flow and receives another, so each of its links carries one flow's data
-and, the same way, another flow's SACKs (158 bytes on the wire for every
-second 1,510-byte data packet); *of MRC's ceiling* is goodput over that line.
+and, the same way, another flow's SACKs ({sack:d} bytes on the wire for every
+{every} {frame}-byte data packet); *of MRC's ceiling* is goodput over that line.
 With 8 hosts every link on the way is loaded to the NIC rate and sprayed
 packets of different flows meet in queues at every hop: a port loaded to
 90 % by random arrivals holds about 4 packets with no congestion at all,
-on any timescale, while a packet time here is a ninth of the base RTT (37
-ms), where on hardware it is about a hundredth; the switch ports mark
-above a whole NSCC target of queue (R × T, 7 packets here) so that this
-natural queue is not read as congestion (at R × T / 2, 3.4 packets, MRC
-reached 72-74 % of line rate: `testbed/fabric/signals.py`). The *4 hosts* row
+on any timescale, while a packet time here is 1/{rtt_packets:.0f} of the base RTT
+({rtt_ms:.0f} ms), where on hardware it is about a hundredth; the switch ports mark
+above a whole NSCC target of queue (R × T, {mark:.1f} packets here) so that this
+natural queue is not read as congestion (at R × T / 2, with 1,500-byte packets at
+3 Mbit/s, MRC reached 72-74 % of line rate: `testbed/fabric/signals.py`). The *4 hosts* row
 leaves the links past the edge switches half loaded, and MRC gets close to
 its ceiling. The *no signals* rows show what the switch ports' marks and
 trims change: NSCC's queueing falls to a quarter of its target or less, the
-goodput moves by a few points.'''
+goodput moves by a few points.'''.format(
+    sack=SACK_FRAME_BYTES, alone=max_payload(MTU) / data_frame_bytes(MTU), every={1: '', 2: 'second'}.get(ACK_EVERY, '%dth' % ACK_EVERY),
+    frame=format(data_frame_bytes(MTU), ','), rtt_packets=BASE_RTT_S / PACKET_S,
+    rtt_ms=BASE_RTT_S * 1e3, mark=MARK_PACKETS)
 
 
 def run(ctx: BenchContext) -> SectionResult:
-    size_mb = 0.3 if ctx.quick else 2.0
+    size_mb = 0.75 if ctx.quick else SIZE_MB
     variants = VARIANTS[1:2] if ctx.quick else VARIANTS
     trials: dict[str, list[Trial]] = {}
     for v in variants:
@@ -185,12 +202,13 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
         'Cross-pod permutation, %g MB per sender, %d repetitions (a new '
         'permutation each, the same for every transport). %s%s. Ideal: '
         'every sender at its NIC line rate (planes × %g Mbit/s); goodput '
-        'is payload bytes over the time until the last flow finished. The '
+        'is payload bytes over the time until the last flow finished; '
+        '%s-byte packets (MTU). The '
         '*no signals* fabrics are the same with switch ports that neither '
         'mark ECN nor trim; *queueing* is the delay NSCC measured over its '
         'base RTT, in units of its target (quarter-target resolution).'
         % (size_mb, ctx.reps, rejected_note(every), retried_note(every),
-           RATE_MBIT),
+           RATE_MBIT, format(MTU, ',')),
         md_table(['fabric', 'transport', 'goodput / ideal',
                   'of MRC\'s ceiling (%.0f%%)' % (100 * SACKED_CEILING),
                   'mean flow rate / ideal', "NSCC's queueing p50 / target",
