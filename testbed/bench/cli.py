@@ -134,10 +134,16 @@ def resumed(raw: Path) -> tuple[Path, str, list]:
         raise SystemExit('mrc-testbed bench: %s has no sections.json: not '
                          'the raw directory of a bench run' % raw)
     kept = json.loads(index.read_text())
+    # A section whose files were deleted is measured again: that is how one
+    # section of a finished run is run anew.
+    whole = [s for s in kept['sections'] if all(
+        (raw / ('%s.%s' % (s['key'], ext))).exists() for ext in ('md', 'json'))]
+    if len(whole) < len(kept['sections']):
+        index.write_text(json.dumps(dict(kept, sections=whole), indent=1))
     return raw, kept['started'], [SectionResult(
         s['key'], s['title'], (raw / ('%s.md' % s['key'])).read_text(),
         json.loads((raw / ('%s.json' % s['key'])).read_text()), s['seconds'],
-        s.get('commit')) for s in kept['sections']]
+        s.get('commit')) for s in whole]
 
 
 # What a bench run itself rewrites in the checkout: not a change of the code.

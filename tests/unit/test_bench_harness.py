@@ -76,6 +76,20 @@ def test_a_stopped_run_resumes_with_what_it_finished(tmp_path) -> None:
         resumed(tmp_path / 'elsewhere')
 
 
+def test_a_section_whose_files_were_deleted_is_measured_again(tmp_path) -> None:
+    from testbed.bench.cli import keep, resumed
+    for key in ('failover', 'incast'):
+        keep(tmp_path, SectionResult(key, key.title(), '| a |\n', {}, 1.0, 'abc1234'),
+             '2026-11-29 22:35 UTC')
+    (tmp_path / 'incast.md').unlink()
+    _, _, results = resumed(tmp_path)
+    assert [r.key for r in results] == ['failover']
+    # ... and the section measured again is recorded once
+    keep(tmp_path, SectionResult('incast', 'Incast', '| b |\n', {}, 2.0, 'def5678'),
+         '2026-11-29 22:35 UTC')
+    assert [r.key for r in resumed(tmp_path)[2]] == ['failover', 'incast']
+
+
 def test_what_limits_paragraphs_are_marked_as_analysis() -> None:
     """BENCHMARKS.md says its figures come from the run; the reasoning kept in
     the sections' code is not measured by it, so each says so."""
