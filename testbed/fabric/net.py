@@ -41,10 +41,10 @@ from testbed.fabric.link_options import (FeatureMissing, LinkOptionError,
 from testbed.fabric.netns import write_sysctl
 from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import AUTO, TopoSpec
-from testbed.topologies.link_params import AFXDP_MAX_MTU
 from testbed.fabric.usid_plan import FabricPlan
 from testbed.nic.emulated_timescale import (MTU, NO_SIGNALS, CongestionSignals,
                                             base_rtt_s)
+from testbed.topologies.link_params import AFXDP_MAX_MTU
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FLOW_INSTALL_TIMEOUT_S = 60.0

@@ -115,3 +115,20 @@ def test_a_routed_row_says_its_fabric_delay_and_when_routes_moved():
     mrc = run_metrics(synthetic('mrc'), {'fcbb:bb01:1000:8001::'}, (1, 2))
     text = table({'rc': aggregate([m]), 'mrc': aggregate([dict(mrc, fabric='srv6')])})
     assert 'routed (converges 0.50 s)' in text and '+0.52' in text
+
+
+def test_the_report_says_which_switch_ports_ran_and_where():
+    from testbed.workload.report import emulator_section
+    placed = {'pmd_cores': [0], 'endpoint_cores': [1], 'endpoint_nice': -10}
+    lines = emulator_section({
+        'mrc': {'health': {'switch_ports': {'type': 'afxdp', 'why': 'afxdp=auto: AF_XDP '
+                                            'ports fit here'}, 'cpu_placement': placed}},
+        'tcp': {'health': {'switch_ports': {'type': 'system', 'why': 'afxdp=0'},
+                           'cpu_placement': None}}})
+    assert lines == [
+        '## Emulator', '',
+        '- mrc: afxdp switch ports (afxdp=auto: AF_XDP ports fit here); PMD thread on '
+        'core 0, endpoint loop on core 1 at nice -10',
+        '- tcp: system switch ports (afxdp=0)', '']
+    # runs recorded before the fields existed say nothing
+    assert emulator_section({'mrc': {'health': {}}}) == []
