@@ -22,6 +22,7 @@ import pstats
 import statistics
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 if not __package__:            # run as a script: the repository is not on sys.path
@@ -43,15 +44,50 @@ def cc_profile(name: str) -> CcProfile:
     return CcProfile(NSCC_ALGORITHM, NsccConfig.defaults(100e9, LOOPBACK_RTT_S, 1500, True))
 
 
-def run_once(size: int, data: bytes, cc: str = "none") -> dict[str, float]:
-    """One WRITE of `size` bytes from A to B; rates per second of wall time."""
+class TimedEndpoint:
+    """An endpoint whose packet-path calls add up the time spent in them: the core's own
+    share of a run, apart from the loopback's event heap (interpreted Python), which stands
+    in for what a real run spends in the socket runtime and the kernel."""
+
+    def __init__(self, endpoint: Any) -> None:
+        self.endpoint, self.addr, self.spent_s = endpoint, endpoint.addr, 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.endpoint, name)
+
+    def _timed(self, call: Any, *args: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self.spent_s += time.perf_counter() - started
+
+    def on_packet(self, *args: Any) -> Any:
+        return self._timed(self.endpoint.on_packet, *args)
+
+    def poll_tx(self, *args: Any) -> Any:
+        return self._timed(self.endpoint.poll_tx, *args)
+
+    def on_timer(self, *args: Any) -> Any:
+        return self._timed(self.endpoint.on_timer, *args)
+
+    def next_deadline(self) -> Any:
+        return self._timed(self.endpoint.next_deadline)
+
+
+def run_once(size: int, data: bytes, cc: str = "none", timed: bool = False) -> dict[str, float]:
+    """One WRITE of `size` bytes from A to B; rates per second of wall time. `timed`: also
+    `core_pps`, packets per second of the time spent inside the two endpoints (the timing
+    slows the run's wall-time figures: it is a run of its own)."""
     pair = make_pair(mr_size=size, ev_table=EvTableConfig(active_count=128, backup_per_plane=8),
                      cc_profile=cc_profile(cc))
     pair.qa.post_write(data, 0, RKEY)
-    loop = Loopback([pair.a, pair.b])
+    endpoints = [TimedEndpoint(pair.a), TimedEndpoint(pair.b)] if timed else [pair.a, pair.b]
+    loop = Loopback(endpoints)
     started = time.perf_counter()
     loop.run(stop=done(pair.a))
     elapsed = time.perf_counter() - started
+    core_s = sum(e.spent_s for e in endpoints) if timed else elapsed
     if bytes(pair.mr.buf) != data:
         raise SystemExit("payload mismatch: the core is broken, figures are meaningless")
     data_packets = pair.qa.counters.packets_sent
@@ -61,19 +97,23 @@ def run_once(size: int, data: bytes, cc: str = "none") -> dict[str, float]:
         "data_pps": data_packets / elapsed,
         "sack_pps": sacks / elapsed,
         "total_pps": (data_packets + sacks) / elapsed,
+        "core_s": core_s,
+        "core_data_pps": data_packets / core_s,
+        "core_pps": (data_packets + sacks) / core_s,
         "mib_s": size / elapsed / 2**20,
         "data_packets": data_packets,
         "sacks": sacks,
     }
 
 
-def measure(size_mib: int, repeat: int, cc: str = "none") -> list[dict[str, float]]:
+def measure(size_mib: int, repeat: int, cc: str = "none",
+            timed: bool = False) -> list[dict[str, float]]:
     """`repeat` runs of a `size_mib` MiB WRITE, after a warm-up run (imports, allocator,
     caches). Also the endpoint part of `mrc-testbed bench`'s emulator-scale section."""
     size = size_mib << 20
     data = payload(size)
     run_once(size, data, cc)
-    return [run_once(size, data, cc) for _ in range(repeat)]
+    return [run_once(size, data, cc, timed) for _ in range(repeat)]
 
 
 def report(label: str, r: dict[str, float]) -> None:
@@ -114,6 +154,13 @@ def main() -> None:
     report("best", max(runs, key=lambda r: r["total_pps"]))
     median = {key: statistics.median(r[key] for r in runs) for key in first}
     report("median", median)
+    timed = measure(args.size, args.repeat, args.cc, timed=True)
+    core = {key: statistics.median(r[key] for r in timed)
+            for key in ("core_data_pps", "core_pps", "core_s", "elapsed_s")}
+    print(f"   core: {core['core_data_pps']:>9,.0f} data pkt/s, {core['core_pps']:>9,.0f} pkt/s "
+          f"of the time inside the endpoints (median of {args.repeat} timed runs; "
+          f"{core['core_s'] / core['elapsed_s']:.0%} of such a run, the rest the loopback's "
+          "event heap and the timing)")
 
 
 if __name__ == "__main__":
