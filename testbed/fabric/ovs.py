@@ -75,9 +75,13 @@ def alive() -> bool:
 def running() -> bool:
     """Both daemons, and answering: ovs-vsctl alone answers with only
     ovsdb-server up, and then waits forever for ovs-vswitchd to apply a
-    change."""
-    vswitchd = subprocess.run(['ovs-appctl', '-t', 'ovs-vswitchd', 'version'],
-                              capture_output=True, timeout=10)
+    change. A daemon busy past the timeout is not answering (yet): one still
+    opening a killed run's AF_XDP ports took over 10 s to answer."""
+    try:
+        vswitchd = subprocess.run(['ovs-appctl', '-t', 'ovs-vswitchd', 'version'],
+                                  capture_output=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return False
     return vswitchd.returncode == 0 and \
         _vsctl('show', timeout=10).returncode == 0
 
