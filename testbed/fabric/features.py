@@ -192,8 +192,11 @@ def all_features() -> list[Feature]:
         Feature('OVS AF_XDP ports', afxdp_ports(), 'afxdp interfaces: topology '
                 'option afxdp=1 builds PMD-polled AF_XDP switch ports, each link '
                 'staged so its queue stays in the kernel (testbed/fabric/'
-                'port_stage.py; capacity in BENCHMARKS.md §6)', 'system ports '
-                'only; afxdp=1 is refused'),
+                'port_stage.py; capacity in BENCHMARKS.md §6); afxdp=auto (the '
+                'default scenario) where their locked memory fits: %.1f GB for '
+                "the default fat-tree's %d ports, %.1f GB available now"
+                % (DEFAULT_FABRIC_PORTS * AFXDP_PORT_BYTES / 1e9, DEFAULT_FABRIC_PORTS,
+                   memory_available() / 1e9), 'system ports only; afxdp=1 is refused'),
         Feature('SRv6 seg6', _sysctl_exists('net.ipv6.conf.all.seg6_enabled'),
                 'seg6 encap and End.DT6 decap', 'no fabric: hosts cannot '
                 'decapsulate'),
@@ -228,6 +231,7 @@ def afxdp_ports() -> bool:
 # locked (it runs with --mlockall), with the 160 `afxdp` ports of fattree,k=4,planes=2
 # (OVS 3.1: its packet buffers, a fixed size per port). Measured, rounded up.
 AFXDP_PORT_BYTES = 76 << 20
+DEFAULT_FABRIC_PORTS = 160      # fattree,k=4,planes=2's switch ports
 MEMORY_LEFT_BYTES = 2 << 30     # ... and what everything else on the machine keeps
 
 

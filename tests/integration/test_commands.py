@@ -153,10 +153,6 @@ def test_run_exits_1_on_a_result_it_does_not_trust(tmp_path):
     assert spotless()
 
 
-# The default scenario's fabric: 160 switch ports (fattree,k=4,planes=2).
-DEFAULT_SWITCH_PORTS = 160
-
-
 def test_default_run_is_trusted_beside_a_busy_core(tmp_path):
     """The README's main command on a machine where something else keeps a core busy:
     the default scenario builds AF_XDP ports (afxdp=auto), its PMD thread and endpoint
@@ -164,8 +160,8 @@ def test_default_run_is_trusted_beside_a_busy_core(tmp_path):
     the health gate trusts the run with the endpoint loop under 60 % of a core. With
     system ports it cannot be (ovs-vswitchd's main thread alone took ~0.9 of a core:
     docs/switch-port.md), so a machine without room for AF_XDP ports skips."""
-    from testbed.fabric.features import afxdp_misfit
-    why_not = afxdp_misfit(DEFAULT_SWITCH_PORTS)
+    from testbed.fabric.features import DEFAULT_FABRIC_PORTS, afxdp_misfit
+    why_not = afxdp_misfit(DEFAULT_FABRIC_PORTS)
     if why_not or len(os.sched_getaffinity(0)) < 2:
         pytest.skip(why_not or 'one core')
     hog = subprocess.Popen([sys.executable, '-c', 'while True: pass'])
