@@ -19,7 +19,7 @@ over the hardware one it stands for (16.8 ms, mrc.h timeout 14, what
 500 ms on hardware is about 6 s here. A fabric whose base RTT is longer than
 the tuned one (slower links, longer paths, larger packets) stretches its
 timers further, and its convergence with them (`delay_for`): 3,500-byte
-packets on the default fat-tree (27.6 ms against 18.0) make it 9.0 s.
+packets on the default fat-tree (27.6 ms against 18.0) make it 9.05 s.
 """
 from __future__ import annotations
 

@@ -54,3 +54,14 @@ def test_a_negative_delay_is_refused():
 def test_the_default_delay_is_the_hardware_one_on_the_timers_scale():
     assert DEFAULT_CONVERGENCE_DELAY_S == pytest.approx(
         emulated_delay(HARDWARE_CONVERGENCE_S), abs=0.01)
+
+
+def test_a_fabric_converges_on_its_own_timers_scale():
+    """The delay scales with the QP's timers: with the fabric's base RTT, never below
+    the tuned fabric's (emulated_timescale.timer_rtt_s)."""
+    from testbed.fabric.convergence import delay_for
+    from testbed.nic.emulated_timescale import TUNED_RTT_S
+    assert delay_for(None) == delay_for(TUNED_RTT_S) == DEFAULT_CONVERGENCE_DELAY_S
+    assert delay_for(TUNED_RTT_S / 2) == DEFAULT_CONVERGENCE_DELAY_S
+    assert delay_for(2 * TUNED_RTT_S) == pytest.approx(2 * DEFAULT_CONVERGENCE_DELAY_S,
+                                                       abs=0.01)
