@@ -169,6 +169,10 @@ fi
 # is missing.
 (cd "$repo" && "$venv/bin/python" -m testbed.fabric.switch_port build >/dev/null) \
   || say "warning: the switch-port eBPF program did not build (see mrc-testbed doctor)"
+# The run-queue wait program the health gate reads (testbed/workload/run_queue_waits.c);
+# without it the gate reads the kernel's sums of waits, which count harmless wake-ups too.
+(cd "$repo" && "$venv/bin/python" -m testbed.workload.run_queue_waits >/dev/null) \
+  || say "warning: the run-queue wait eBPF program did not build; the health gate reads sums"
 
 # The compiled endpoint core (docs/endpoint-core.md), built once per state of testbed/nic
 # (build/native/, about a minute). Without it the Python sources run, at half the speed.

@@ -155,11 +155,17 @@ def _need_root(what: str) -> int | None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from testbed import native_core
     from testbed.fabric.features import Feature, all_features
+    from testbed.workload import run_queue_waits
     core = native_core.status()
+    watched, how = run_queue_waits.status()
     features = all_features() + [Feature(
         'compiled endpoint core', core == 'compiled', core,
         'the endpoints run as Python, about half as fast per packet: the health gate '
-        'trips at lower link rates (bash scripts/setup.sh builds it)')]
+        'trips at lower link rates (bash scripts/setup.sh builds it)'), Feature(
+        'run-queue wait program', watched, how,
+        'the health gate limits the sum of all waits for a CPU, microsecond wake-ups '
+        'included: beside other work a run may be NOT TRUSTED for waits that delayed '
+        'no packet (docs/endpoint-core.md)')]
     if args.json:
         print(json.dumps([f.__dict__ for f in features], indent=2))
         return EXIT_OK

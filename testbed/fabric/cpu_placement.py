@@ -5,16 +5,31 @@ PMD thread, which polls the switch ports, and the endpoint loop, which runs ever
 the trial. Left to the scheduler beside other work, each waits for a CPU often enough for
 its packets' timing to be the scheduler's (the health gate's WAIT_LIMIT). So such a fabric
 puts the PMD thread on one core (`other_config:pmd-cpu-mask`) and the endpoint loop on the
-others, at ovs-vswitchd's own priority (nice -10, as Open vSwitch's start-up script runs
-it): a process of ordinary priority beside them then takes what they leave.
+others, both at FORWARDING_NICE: a process of ordinary priority beside them then takes
+what they leave.
 
 Decided by measurement: the default scenario (MRC, `fattree,k=4,planes=2,mtu=3500,afxdp=1`,
 10 Mbit/s) on this 2-core machine beside `python3 -c 'while True: pass'`, share of the run
-each waited for a CPU (endpoint loop / ovs-vswitchd):
+each waited for a CPU (endpoint loop / ovs-vswitchd), with both at ovs-vswitchd's own
+nice -10 (as Open vSwitch's ovs-ctl starts it):
   neither           34 % / 15 %   NOT TRUSTED
   nice -10 only     16 % / 27 %   NOT TRUSTED (the two then wait for each other)
   pinned only       15 % / 12 %   NOT TRUSTED
-  pinned + nice     4.6 % / 6.8 % trusted
+  pinned + nice     4.6 % / 6.8 % trusted here; on a CI machine the PMD thread waited 13 %
+and pinned at nice -20 (three runs), in waits of 0.28 ms or more (what the gate limits):
+  pinned + nice -20 1.3-2.3 % / 1.4-2.3 % trusted (at -10, five runs: 0.5-3.6 % / 1.3-7.4 %)
+Why -10 was not enough: beside a busy process of nice 0, a thread of nice -10 is owed ~90 %
+of its core (weights 9548 : 1024), so whenever it runs for longer than a scheduler slice
+(the PMD thread forwards in bursts), the busy process gets its ~10 % as whole slices,
+waits of milliseconds. Measured with the run-queue wait program
+(testbed/workload/run_queue_waits.py), a thread running 1 ms then sleeping 50 us beside a
+busy loop on its core waited 7.7 % of the time in waits of 0.28 ms or more at nice -10,
+0.1 % at nice -20 (weights 88761 : 1024). At -20 the PMD thread also stays ahead of
+ovs-vswitchd's own other threads (-10), which may run on its core.
+
+The PMD thread is OVS's: raise_pmd_threads() raises it once the ports exist, and
+lower_pmd_threads() puts it back at teardown; a killed run leaves nothing either, as OVS
+ends its PMD threads when `clean` has removed the ports they poll.
 The kernel datapath and `system` ports are left alone: their forwarding runs in the
 kernel's softirq and ovs-vswitchd's main thread wherever the kernel puts them (with
 `system` ports that thread alone took ~0.9 of a core at this load, and no placement
@@ -28,7 +43,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-ENDPOINT_NICE = -10         # ovs-vswitchd's (Open vSwitch's ovs-ctl: --ovs-vswitchd-priority)
+FORWARDING_NICE = -20       # the highest priority of ordinary scheduling (module docstring)
+ENDPOINT_NICE = FORWARDING_NICE
+# OVS names the threads that poll AF_XDP switch ports `pmd-c<core>/id:<n>`.
+PMD_THREADS = 'pmd'
 
 
 @dataclass(frozen=True)
@@ -79,3 +97,48 @@ def endpoint_loop(placement: Placement | None) -> Iterator[None]:
             os.setpriority(os.PRIO_PROCESS, thread, nice)
         except PermissionError:
             pass
+
+
+def threads(pid: int | str, named: str = '') -> list[str]:
+    """The thread ids of process `pid` ('self' for this one) whose name starts with
+    `named` (all by default); none for a process that is gone."""
+    try:
+        tasks = os.listdir('/proc/%s/task' % pid)
+    except OSError:
+        return []
+    found = []
+    for task in tasks:
+        try:
+            with open('/proc/%s/task/%s/comm' % (pid, task)) as f:
+                if f.read().startswith(named):
+                    found.append(task)
+        except OSError:
+            continue                  # a thread that ended meanwhile
+    return found
+
+
+def raise_pmd_threads(vswitchd_pid: int) -> list[int]:
+    """ovs-vswitchd's PMD threads at FORWARDING_NICE; the threads raised."""
+    raised = []
+    for task in threads(vswitchd_pid, PMD_THREADS):
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(task), FORWARDING_NICE)
+        except (ProcessLookupError, PermissionError):
+            continue                  # ended meanwhile, or not ours to raise
+        raised.append(int(task))
+    return raised
+
+
+def lower_pmd_threads(vswitchd_pid: int, raised: list[int]) -> None:
+    """The threads raise_pmd_threads() raised back at ovs-vswitchd's own priority."""
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, vswitchd_pid)
+    except ProcessLookupError:
+        return                        # ovs-vswitchd has gone, and its threads with it
+    for task in raised:
+        if str(task) not in threads(vswitchd_pid, PMD_THREADS):
+            continue                  # ended (a thread id may be reused: only PMD ones)
+        try:
+            os.setpriority(os.PRIO_PROCESS, task, nice)
+        except ProcessLookupError:
+            continue

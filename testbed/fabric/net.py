@@ -164,6 +164,7 @@ class FabricNet:
         quiet_root_links(root_links)
         if self.afxdp:
             ovs.wait_ports_open(self.switch_ports, 'afxdp')
+            self._raise_pmd()
         t1 = time.monotonic()
         self._wait_flows()
         t2 = time.monotonic()
@@ -235,6 +236,15 @@ class FabricNet:
         ovs.set_for_fabric('pmd-maxsleep', str(ovs.PMD_MAX_SLEEP_US))
         if self.placement is not None:
             ovs.set_for_fabric('pmd-cpu-mask', self.placement.pmd_cpu_mask)
+
+    def _raise_pmd(self) -> None:
+        """The PMD thread, now polling the ports, above ordinary work on its core
+        (cpu_placement says why); back at ovs-vswitchd's priority at teardown."""
+        vswitchd = ovs.vswitchd_pid()
+        if self.placement is None or vswitchd is None:
+            return
+        raised = cpu_placement.raise_pmd_threads(vswitchd)
+        self.add_cleanup(partial(cpu_placement.lower_pmd_threads, vswitchd, raised))
 
     def _raise_tx_buffer(self) -> None:
         """The userspace datapath's one transmit socket must hold what every

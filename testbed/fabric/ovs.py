@@ -164,7 +164,7 @@ def _del_br_args(names: list[str]) -> list[str]:
     return args
 
 
-def _vswitchd_pid() -> int | None:
+def vswitchd_pid() -> int | None:
     try:
         with open(VSWITCHD_PIDFILE) as f:
             return int(f.read().strip())
@@ -180,7 +180,7 @@ def _stop_vswitchd() -> None:
     start a second one while the first still holds its pidfile. (Exiting
     closes one AF_PACKET socket per port, each costing the kernel an RCU
     grace period; that, ~10 ms a port, is what teardown time is made of.)"""
-    pid = _vswitchd_pid()
+    pid = vswitchd_pid()
     subprocess.run(['ovs-appctl', '-t', 'ovs-vswitchd', 'exit'],
                    capture_output=True, timeout=60, check=False)
     # ~10 ms a port: a k=8 four-plane fat-tree's 3,072 ports take 31 s
@@ -235,7 +235,7 @@ def _unbound_packet_sockets() -> set[str]:
 def raise_tx_buffer(size: int = TX_SNDBUF_BYTES) -> int | None:
     """Raise the send buffer of ovs-vswitchd's transmit socket; its new size
     (as the kernel reports it), or None when the socket is not there (yet)."""
-    pid = _vswitchd_pid()
+    pid = vswitchd_pid()
     inodes = _unbound_packet_sockets()
     if pid is None or not inodes:
         return None

@@ -7,22 +7,34 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from testbed.fabric.cpu_placement import PMD_THREADS, threads
+from testbed.workload.run_queue_waits import RunQueueWaits, RunQueueWaitsError, WaitHistogram
 
 BUSY_LIMIT = 0.95          # of all cores, machine-wide
 PROCESS_LIMIT = 0.8        # of one core: past it the endpoint loop's own
                            # delay drives MRC goodput down (bench section emulator_scale)
 DROP_LIMIT = 0.001         # of the datapath's packets, dropped unread
 # Of the run's wall time, spent runnable but waiting for a CPU, by the endpoint
-# loop or by ovs-vswitchd: time the cores gave to other work, the fabric's own
-# forwarding in the kernel included. Each wait is a scheduler slice
-# (milliseconds), a real fraction of the base RTT, so past this share the
-# packets' timing is the scheduler's. Quiet, the default scenario waits ~2 %;
-# beside a process that keeps one of two cores busy, 39 % with `system`
-# switch ports, 3.7 % with AF_XDP ones placed on their own core
+# loop or by ovs-vswitchd's forwarding threads, in waits long enough to move a
+# packet's timing: LONG_WAIT_RTT of the fabric's base RTT or more. Losing the
+# CPU to another process for a scheduler slice is such a wait (2-4 ms here:
+# the kernel's slice), and past this share the packets' timing is the
+# scheduler's. Waking up is not: a thread that sleeps between packets waits
+# microseconds each time it wakes (on this machine 13,000 wake-ups a second of
+# the PMD thread beside a busy core summed to 5-13 % of the run, each 1-5 us),
+# which delays no packet by a measurable part of the RTT. Each wait is seen
+# by an eBPF program on the scheduler (run_queue_waits.py); where it cannot
+# run, the sum of all waits (schedstat) is gated instead, which counts the
+# harmless ones too. Quiet, the default scenario waits ~2 % in all; beside a
+# process that keeps one of two cores busy, 39 % with `system` switch ports;
+# with AF_XDP ones placed on their own cores, 1.3-2.3 % in long waits
 # (docs/endpoint-core.md).
 WAIT_LIMIT = 0.1
+LONG_WAIT_RTT = 0.01
 # The load this 2-core machine emulates faithfully, in data packet-hops/s
 # offered: senders x planes x link rate / 1,510-byte frame x switches per
 # path. It is BENCHMARKS.md section 5's "Where fidelity stops" figure: the
@@ -52,22 +64,27 @@ def _datapath_counters() -> tuple[int, int]:
     return looked_up, sum(int(x) for x in re.findall(r'lost:(\d+)', out))
 
 
-def _run_queue_wait_ns(pid: int | str) -> int:
-    """How long the threads of `pid` have waited, runnable, for a CPU (the
-    kernel's schedstat run_delay): the time another process took from them.
-    0 for a process that is gone."""
+def _run_queue_wait_ns(pid: int | str, tasks: list[str] | None = None) -> int:
+    """How long the threads `tasks` of `pid` (all by default) have waited, runnable,
+    for a CPU (the kernel's schedstat run_delay): the time another process
+    took from them. 0 for a process that is gone."""
     total = 0
-    try:
-        tasks = os.listdir('/proc/%s/task' % pid)
-    except OSError:
-        return 0
-    for task in tasks:
+    for task in threads(pid) if tasks is None else tasks:
         try:
             with open('/proc/%s/task/%s/schedstat' % (pid, task)) as f:
                 total += int(f.read().split()[1])
         except (OSError, IndexError, ValueError):
             continue                  # a thread that ended meanwhile
     return total
+
+
+def _vswitchd_forwarding_wait_ns(pid: str) -> int:
+    """The run-queue wait of the ovs-vswitchd threads that carry the fabric's
+    packets: its PMD threads where it has any (AF_XDP ports: the main thread
+    then only serves the control plane, such as our own counter reads and a
+    fault's port change, and its wait delays no packet); every thread where it
+    has none (the main thread reads `system` ports)."""
+    return _run_queue_wait_ns(pid, threads(pid, PMD_THREADS) or None)
 
 
 # Counters of a host's network namespace (/proc/<pid>/net/snmp6) that count a
@@ -142,29 +159,80 @@ class HealthSample:
     packets: int = 0
     unread: int = 0
     endpoint_wait_ns: int = 0     # run-queue wait of this process's threads
-    vswitchd_wait_ns: int = 0     # ... and of ovs-vswitchd's
+    vswitchd_wait_ns: int = 0     # ... and of ovs-vswitchd's forwarding threads
     hosts: dict[str, int] = field(default_factory=dict)   # _host_counters
+    # Each wait, by WAIT_GROUPS, where the eBPF program watched them.
+    waits: dict[str, WaitHistogram] | None = None
 
     @classmethod
-    def now(cls, host_pids: Mapping[str, int] | None = None) -> 'HealthSample':
+    def now(cls, host_pids: Mapping[str, int] | None = None,
+            waits: 'RunQueueWaits | None' = None) -> 'HealthSample':
         """`host_pids`: a process in each emulated host's namespace, whose
-        counters of loss inside the host are read."""
+        counters of loss inside the host are read. `waits`: the program
+        watching the WAIT_GROUPS' threads (waits_watched())."""
         packets, lost = _datapath_counters()
         vswitchd = _vswitchd_pid()
         return cls(time.monotonic(), time.process_time(), _cpu_ticks(),
                    lost, packets, _unread_drops(), _run_queue_wait_ns('self'),
-                   _run_queue_wait_ns(vswitchd) if vswitchd else 0,
-                   _host_counters(host_pids or {}))
+                   _vswitchd_forwarding_wait_ns(vswitchd) if vswitchd else 0,
+                   _host_counters(host_pids or {}),
+                   waits.read() if waits is not None else None)
+
+
+# Whose waits the gate reads: the endpoint loop (this process's threads) and
+# ovs-vswitchd's forwarding threads; the names the reasons give them.
+ENDPOINT, VSWITCHD = 'endpoint', 'vswitchd'
+WHO = {ENDPOINT: 'endpoint loop', VSWITCHD: 'ovs-vswitchd'}
+
+
+def wait_groups() -> dict[str, list[int]]:
+    """The threads of each group now (threads started later are not seen:
+    the fabric and its PMD threads exist before a trial starts)."""
+    vswitchd = _vswitchd_pid()
+    forwarding = (threads(vswitchd, PMD_THREADS) or threads(vswitchd)) if vswitchd else []
+    return {ENDPOINT: [int(t) for t in threads('self')],
+            VSWITCHD: [int(t) for t in forwarding]}
+
+
+@contextmanager
+def waits_watched() -> Iterator['RunQueueWaits | None']:
+    """The run-queue wait program attached to wait_groups() for the `with`,
+    or None where it cannot run here (the gate then reads schedstat's sums)."""
+    try:
+        watcher = RunQueueWaits(wait_groups())
+    except (RunQueueWaitsError, OSError):
+        yield None
+        return
+    with watcher:
+        yield watcher
+
+
+def _long_waits(start: HealthSample, end: HealthSample, wall: float,
+                base_rtt_s: float | None) -> dict:
+    """Each group's share of the run spent in waits of LONG_WAIT_RTT of the
+    base RTT or more, and its longest wait, where the waits were watched one
+    by one (None where they were not: the gate reads the sums)."""
+    if start.waits is None or end.waits is None or not base_rtt_s:
+        return {'long_cpu_wait_s': None, 'long_cpu_wait': None,
+                'longest_cpu_wait_s': None}
+    threshold = LONG_WAIT_RTT * base_rtt_s
+    between = {group: end.waits[group] - start.waits[group] for group in end.waits}
+    return {'long_cpu_wait_s': round(threshold, 6),
+            'long_cpu_wait': {group: round(waits.at_least_ns(threshold) / 1e9 / wall, 3)
+                              for group, waits in between.items()},
+            'longest_cpu_wait_s': {group: waits.longest_s()
+                                   for group, waits in between.items()}}
 
 
 def health_between(start: HealthSample, end: HealthSample,
                    missing_features: list[str], endpoint_loop: bool = True,
-                   send_losses: int = 0) -> dict:
+                   send_losses: int = 0, base_rtt_s: float | None = None) -> dict:
     """`endpoint_loop`: this process ran the transport's endpoints (MRC, RC,
     ECMP), so its CPU and its wait for one are the NICs'; for the kernel's
     TCP and MPTCP it only watches, and they are reported, not gated.
     `send_losses`: packets the endpoints' sockets refused for a reason
-    outside the model (a full buffer), loss the gate counts."""
+    outside the model (a full buffer), loss the gate counts. `base_rtt_s`:
+    the fabric's, which sets what wait is long (LONG_WAIT_RTT)."""
     wall = max(end.wall - start.wall, 1e-9)
     total = end.ticks[0] - start.ticks[0]
     idle = end.ticks[1] - start.ticks[1]
@@ -183,14 +251,18 @@ def health_between(start: HealthSample, end: HealthSample,
     if endpoint_loop and process > PROCESS_LIMIT:
         saturation.append('endpoint loop used %.0f%% of a core'
                           % (100 * process))
-    waits = [('ovs-vswitchd', vswitchd_wait)]
-    if endpoint_loop:
-        waits.insert(0, ('endpoint loop', endpoint_wait))
-    for who, waited in waits:
-        if waited > WAIT_LIMIT:
-            saturation.append('%s waited %.0f%% of the run for a CPU (the '
+    long_waits = _long_waits(start, end, wall, base_rtt_s)
+    gated = {ENDPOINT: endpoint_wait, VSWITCHD: vswitchd_wait}
+    if long_waits['long_cpu_wait_s'] is not None:
+        gated = {group: long_waits['long_cpu_wait'][group] for group in gated}
+    for group, waited in gated.items():
+        if waited > WAIT_LIMIT and (endpoint_loop or group != ENDPOINT):
+            saturation.append('%s waited %.0f%% of the run for a CPU%s (the '
                               'cores were busy: the fabric\'s own forwarding '
-                              'or other work)' % (who, 100 * waited))
+                              'or other work)' % (WHO[group], 100 * waited, '' if
+                                                  long_waits['long_cpu_wait_s'] is None
+                                                  else ' in waits of %.2f ms or more'
+                                                  % (1e3 * long_waits['long_cpu_wait_s'])))
     if lost:
         saturation.append('OVS datapath lost %d upcalls' % lost)
     if received_lost > DROP_LIMIT * max(1, packets):
@@ -209,6 +281,7 @@ def health_between(start: HealthSample, end: HealthSample,
             'endpoint_process_cpu': round(process, 3),
             'endpoint_cpu_wait': round(endpoint_wait, 3),
             'vswitchd_cpu_wait': round(vswitchd_wait, 3),
+            **long_waits,
             'ovs_lost_upcalls': lost, 'datapath_packets': packets,
             'datapath_unread_drops': unread,
             'host_receive_losses': received_lost,

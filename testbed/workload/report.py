@@ -110,18 +110,31 @@ def markdown(scenario, summary: dict[str, dict], plots: list[str],
 
 
 def emulator_section(summary: dict) -> list[str]:
-    """Which switch ports forwarded, and where the emulation ran on the cores."""
+    """Which switch ports forwarded, where the emulation ran on the cores, and how long
+    it waited for them."""
     lines = []
     for name, m in summary.items():
         ports, placed = m['health'].get('switch_ports'), m['health'].get('cpu_placement')
         if ports:
-            lines.append('- %s: %s switch ports (%s)%s' % (
+            lines.append('- %s: %s switch ports (%s)%s%s' % (
                 name, ports['type'], ports['why'], '' if not placed else
                 '; PMD thread on core %s, endpoint loop on core %s at nice %d' % (
                     ','.join(map(str, placed['pmd_cores'])),
                     ','.join(map(str, placed['endpoint_cores'])),
-                    placed['endpoint_nice'])))
+                    placed['endpoint_nice']), _long_waits(m['health'])))
     return ['## Emulator', ''] + lines + [''] if lines else []
+
+
+def _long_waits(health: dict) -> str:
+    """The waits for a CPU the health gate limits (emulation_health.LONG_WAIT_RTT)."""
+    shares, longest = health.get('long_cpu_wait'), health.get('longest_cpu_wait_s')
+    if not shares:
+        return ''
+    return ('; waits for a CPU of %.2f ms or more (the gate\'s): endpoint loop %.1f %%, '
+            'ovs-vswitchd %.1f %% of the run (the longest under %.0f and %.0f ms)' % (
+                1e3 * health['long_cpu_wait_s'], 100 * shares['endpoint'],
+                100 * shares['vswitchd'], 1e3 * longest['endpoint'],
+                1e3 * longest['vswitchd']))
 
 
 CONGESTION_COLUMNS = ('transport', 'CE marks', 'trims', 'queue drops',

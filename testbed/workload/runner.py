@@ -23,7 +23,7 @@ from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.nic.emulated_timescale import base_rtt_s, fabric_time
 from testbed.nic.hardware_profile import HARDWARE_PROFILES, EmulatedTime
 from testbed.workload.base_rtt import measure_base_rtt
-from testbed.workload.emulation_health import HealthSample, health_between
+from testbed.workload.emulation_health import HealthSample, health_between, waits_watched
 from testbed.workload.switch_counters import SwitchCounters
 from testbed.workload.transports import transport
 
@@ -154,8 +154,9 @@ class TransportRunner:
             driver = info.driver(fab, self.sc.seed, self.run.fabric_mode,
                                  self.run.cc, self._timescale(fab))
             try:
-                with self._capture(fab), endpoint_loop(fab.placement):
-                    self._loop(fab, driver, injector, phases)
+                with self._capture(fab), endpoint_loop(fab.placement), \
+                        waits_watched() as waits:
+                    self._loop(fab, driver, injector, phases, waits)
             finally:
                 injector.restore_all()
                 self.run.retransmitted_bytes = driver.retransmitted_bytes()
@@ -212,7 +213,7 @@ class TransportRunner:
         self.run.base_rtt_s = timescale.base_rtt_s
         return timescale
 
-    def _loop(self, fab, driver, injector, phases) -> None:
+    def _loop(self, fab, driver, injector, phases, waits) -> None:
         records = self._records(phases)
         driver.prepare([(r.src, r.dst, r.size) for r in records])
         switches = self._switch_counters(fab)
@@ -221,7 +222,7 @@ class TransportRunner:
         missing = list(fab.missing_features) + (
             list(injector.missing_features) if needs_gray else [])
         host_pids = {h: fab.host_pid(h) for h in fab.plan.hosts}
-        health0 = HealthSample.now(host_pids)
+        health0 = HealthSample.now(host_pids, waits)
         faults = list(self.sc.timeline())
         phase, next_bin = 0, BIN_S
         self._start_phase(driver, records, phase)
@@ -261,9 +262,9 @@ class TransportRunner:
                 if rec.status == 'done' else 0
         self.run.flows = records
         self.run.health = health_between(
-            health0, HealthSample.now(host_pids), missing,
+            health0, HealthSample.now(host_pids, waits), missing,
             endpoint_loop=transport(self.run.transport).family == 'endpoint',
-            send_losses=driver.send_losses())
+            send_losses=driver.send_losses(), base_rtt_s=self.run.base_rtt_s)
         self.run.health['switch_ports'] = {
             'type': 'afxdp' if fab.afxdp else 'system', 'why': fab.switch_port_choice}
         self.run.health['cpu_placement'] = (fab.placement.describe()

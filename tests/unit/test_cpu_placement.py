@@ -48,3 +48,34 @@ def test_the_placement_is_restored_when_the_loop_fails():
         with endpoint_loop(cpu_placement.plan()):
             raise RuntimeError('trial failed')
     assert os.sched_getaffinity(0) == cores
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='needs root (raising a priority)')
+def test_pmd_threads_are_raised_and_lowered_back_and_nothing_else_is():
+    """This process stands in for ovs-vswitchd: a thread named as OVS names a PMD thread
+    is raised to FORWARDING_NICE, the others are not; lowering puts it back at the
+    process's own priority."""
+    import ctypes
+    named, stop = threading.Event(), threading.Event()
+    tid: list[int] = []
+
+    def pmd() -> None:
+        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(b'pmd-c00/id:9'), 0, 0, 0)
+        tid.append(threading.get_native_id())
+        named.set()
+        stop.wait()
+    thread = threading.Thread(target=pmd)
+    thread.start()
+    try:
+        named.wait()
+        own = _thread_nice()
+        raised = cpu_placement.raise_pmd_threads(os.getpid())
+        assert raised == tid
+        assert os.getpriority(os.PRIO_PROCESS, tid[0]) == cpu_placement.FORWARDING_NICE
+        assert _thread_nice() == own                   # the main thread is not a PMD
+        cpu_placement.lower_pmd_threads(os.getpid(), raised)
+        assert os.getpriority(os.PRIO_PROCESS, tid[0]) == own
+    finally:
+        stop.set()
+        thread.join()
+    cpu_placement.lower_pmd_threads(os.getpid(), raised)   # it has ended: nothing to do

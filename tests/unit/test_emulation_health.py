@@ -2,17 +2,22 @@
 a process that competes for this process's CPU, and the gate turns it into a reason."""
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 
 import pytest
 
+from testbed.fabric.cpu_placement import PMD_THREADS, threads
 from testbed.workload.emulation_health import (
-    HealthSample, _run_queue_wait_ns, health_between)
+    ENDPOINT, VSWITCHD, HealthSample, _run_queue_wait_ns,
+    _vswitchd_forwarding_wait_ns, health_between)
+from testbed.workload.run_queue_waits import BUCKETS, WaitHistogram, bucket_of
 
 SPIN_S = 0.6
 
@@ -57,6 +62,48 @@ def test_a_process_sharing_the_cpu_shows_as_wait():
     assert shared > 0.3 and shared - alone > 0.3
 
 
+def name_this_thread(name: bytes) -> None:
+    """What OVS does to its PMD threads (prctl PR_SET_NAME, 15)."""
+    ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name), 0, 0, 0)
+
+
+def test_ovs_forwarding_wait_is_its_pmd_threads_where_it_has_them():
+    """This process stands in for ovs-vswitchd: its main thread waits beside a busy loop
+    while a thread named as OVS names a PMD thread sleeps. With no such thread every
+    thread's wait counts (the main thread reads `system` ports); with one, only its wait
+    does (AF_XDP ports: the main thread serves the control plane)."""
+    if not os.path.exists('/proc/self/task/%d/schedstat' % os.getpid()):
+        pytest.skip('kernel without scheduler statistics')
+    pid = str(os.getpid())
+
+    def forwarding_wait_while_spinning() -> float:
+        """Share of SPIN_S the forwarding threads waited while the main thread waited
+        about half of it (as in the test above)."""
+        before = _vswitchd_forwarding_wait_ns(pid)
+        assert waited_while_spinning(competitor=True) > 0.3
+        return (_vswitchd_forwarding_wait_ns(pid) - before) / 1e9 / SPIN_S
+
+    assert threads(pid, PMD_THREADS) == []
+    assert forwarding_wait_while_spinning() > 0.3
+    named, stop = threading.Event(), threading.Event()
+
+    def pmd() -> None:
+        name_this_thread(b'pmd-c00/id:9')
+        named.set()
+        stop.wait()
+    thread = threading.Thread(target=pmd)
+    thread.start()
+    try:
+        named.wait()
+        assert threads(pid, PMD_THREADS) == [str(thread.native_id)]
+        # The sleeping PMD thread waited for nothing; the main thread's wait is not
+        # counted.
+        assert forwarding_wait_while_spinning() < 0.05
+    finally:
+        stop.set()
+        thread.join()
+
+
 def test_the_gate_names_who_waited():
     start = HealthSample(0.0, 0.0, (1000, 600), 0, 10, 0, 0, 0)
     end = HealthSample(1.0, 0.4, (1400, 800), 0, 5010, 0,
@@ -70,6 +117,43 @@ def test_the_gate_names_who_waited():
     # The kernel's TCP: this process only watches; its wait is reported, not gated.
     kernel = health_between(start, end, [], endpoint_loop=False)
     assert kernel['endpoint_cpu_wait'] == 0.3 and kernel['trusted']
+
+
+def histogram(waits: dict[float, int]) -> WaitHistogram:
+    """`waits`: wait length in seconds -> how many."""
+    count, total = [0] * BUCKETS, [0] * BUCKETS
+    for wait_s, n in waits.items():
+        count[bucket_of(wait_s)] += n
+        total[bucket_of(wait_s)] += int(n * wait_s * 1e9)
+    return WaitHistogram(tuple(count), tuple(total))
+
+
+def test_the_gate_limits_long_waits_not_wake_ups():
+    """Where each wait was watched, the gate limits the share of the run in waits of 1 % of
+    the base RTT or more: 13,000 wake-ups of 10 us in a second (13 % of it) delay no packet
+    by a part of a 27.6 ms RTT that counts; 40 slices of 3 ms (12 %) do."""
+    none = {ENDPOINT: WaitHistogram(), VSWITCHD: WaitHistogram()}
+    start = HealthSample(0.0, 0.0, (1000, 600), 0, 10, 0, 0, 0, waits=none)
+    wake_ups = replace(start, wall=1.0, process_cpu=0.3, ticks=(1400, 800), packets=5010,
+                       vswitchd_wait_ns=int(0.13e9),
+                       waits={ENDPOINT: WaitHistogram(),
+                              VSWITCHD: histogram({10e-6: 13_000})})
+    health = health_between(start, wake_ups, [], base_rtt_s=0.0276)
+    assert health['vswitchd_cpu_wait'] == 0.13 and health['trusted'], health['reasons']
+    assert health['long_cpu_wait_s'] == 0.000276
+    assert health['long_cpu_wait'] == {ENDPOINT: 0.0, VSWITCHD: 0.0}
+    slices = replace(wake_ups, vswitchd_wait_ns=int(0.12e9),
+                     waits={ENDPOINT: WaitHistogram(), VSWITCHD: histogram({3e-3: 40})})
+    health = health_between(start, slices, [], base_rtt_s=0.0276)
+    assert health['long_cpu_wait'][VSWITCHD] == 0.12 and not health['trusted']
+    assert health['reasons'] == [
+        "ovs-vswitchd waited 12% of the run for a CPU in waits of 0.28 ms or more (the "
+        "cores were busy: the fabric's own forwarding or other work)"]
+    assert health['longest_cpu_wait_s'][VSWITCHD] == 2 ** 12 / 1e6
+    # Not watched one by one (no eBPF): the sums are gated, wake-ups and all.
+    unwatched = health_between(replace(start, waits=None), replace(wake_ups, waits=None),
+                               [], base_rtt_s=0.0276)
+    assert unwatched['long_cpu_wait'] is None and not unwatched['trusted']
 
 
 def test_a_full_receive_socket_is_loss_outside_the_model():

@@ -132,3 +132,11 @@ def test_the_report_says_which_switch_ports_ran_and_where():
         '- tcp: system switch ports (afxdp=0)', '']
     # runs recorded before the fields existed say nothing
     assert emulator_section({'mrc': {'health': {}}}) == []
+    waits = {'long_cpu_wait_s': 0.000276, 'long_cpu_wait': {'endpoint': 0.011, 'vswitchd': 0.015},
+             'longest_cpu_wait_s': {'endpoint': 0.004096, 'vswitchd': 0.008192}}
+    assert emulator_section({'mrc': {'health': {
+        'switch_ports': {'type': 'afxdp', 'why': 'afxdp=1'}, 'cpu_placement': None,
+        **waits}}})[2] == (
+        '- mrc: afxdp switch ports (afxdp=1); waits for a CPU of 0.28 ms or more (the '
+        "gate's): endpoint loop 1.1 %, ovs-vswitchd 1.5 % of the run (the longest under 4 "
+        'and 8 ms)')
