@@ -6,6 +6,7 @@ import pytest
 
 from testbed.fabric import cpu_placement
 from testbed.fabric.cpu_placement import ENDPOINT_NICE, Placement, endpoint_loop, plan
+from tests.unit.stand_in_threads import pmd_thread
 
 
 def test_the_pmd_thread_takes_the_lowest_core_and_the_loop_the_rest():
@@ -55,27 +56,12 @@ def test_pmd_threads_are_raised_and_lowered_back_and_nothing_else_is():
     """This process stands in for ovs-vswitchd: a thread named as OVS names a PMD thread
     is raised to FORWARDING_NICE, the others are not; lowering puts it back at the
     process's own priority."""
-    import ctypes
-    named, stop = threading.Event(), threading.Event()
-    tid: list[int] = []
-
-    def pmd() -> None:
-        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(b'pmd-c00/id:9'), 0, 0, 0)
-        tid.append(threading.get_native_id())
-        named.set()
-        stop.wait()
-    thread = threading.Thread(target=pmd)
-    thread.start()
-    try:
-        named.wait()
+    with pmd_thread() as pmd:
         own = _thread_nice()
         raised = cpu_placement.raise_pmd_threads(os.getpid())
-        assert raised == tid
-        assert os.getpriority(os.PRIO_PROCESS, tid[0]) == cpu_placement.FORWARDING_NICE
+        assert raised == [pmd]
+        assert os.getpriority(os.PRIO_PROCESS, pmd) == cpu_placement.FORWARDING_NICE
         assert _thread_nice() == own                   # the main thread is not a PMD
         cpu_placement.lower_pmd_threads(os.getpid(), raised)
-        assert os.getpriority(os.PRIO_PROCESS, tid[0]) == own
-    finally:
-        stop.set()
-        thread.join()
+        assert os.getpriority(os.PRIO_PROCESS, pmd) == own
     cpu_placement.lower_pmd_threads(os.getpid(), raised)   # it has ended: nothing to do

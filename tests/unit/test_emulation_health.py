@@ -2,12 +2,10 @@
 a process that competes for this process's CPU, and the gate turns it into a reason."""
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import replace
 
@@ -18,6 +16,7 @@ from testbed.workload.emulation_health import (
     ENDPOINT, VSWITCHD, HealthSample, _run_queue_wait_ns,
     _vswitchd_forwarding_wait_ns, health_between)
 from testbed.workload.run_queue_waits import BUCKETS, WaitHistogram, bucket_of
+from tests.unit.stand_in_threads import pmd_thread
 
 SPIN_S = 0.6
 
@@ -62,11 +61,6 @@ def test_a_process_sharing_the_cpu_shows_as_wait():
     assert shared > 0.3 and shared - alone > 0.3
 
 
-def name_this_thread(name: bytes) -> None:
-    """What OVS does to its PMD threads (prctl PR_SET_NAME, 15)."""
-    ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name), 0, 0, 0)
-
-
 def test_ovs_forwarding_wait_is_its_pmd_threads_where_it_has_them():
     """This process stands in for ovs-vswitchd: its main thread waits beside a busy loop
     while a thread named as OVS names a PMD thread sleeps. With no such thread every
@@ -85,38 +79,11 @@ def test_ovs_forwarding_wait_is_its_pmd_threads_where_it_has_them():
 
     assert threads(pid, PMD_THREADS) == []
     assert forwarding_wait_while_spinning() > 0.3
-    named, stop = threading.Event(), threading.Event()
-
-    def pmd() -> None:
-        name_this_thread(b'pmd-c00/id:9')
-        named.set()
-        stop.wait()
-    thread = threading.Thread(target=pmd)
-    thread.start()
-    try:
-        named.wait()
-        assert threads(pid, PMD_THREADS) == [str(thread.native_id)]
+    with pmd_thread() as pmd:
+        assert threads(pid, PMD_THREADS) == [str(pmd)]
         # The sleeping PMD thread waited for nothing; the main thread's wait is not
         # counted.
         assert forwarding_wait_while_spinning() < 0.05
-    finally:
-        stop.set()
-        thread.join()
-
-
-def test_the_gate_names_who_waited():
-    start = HealthSample(0.0, 0.0, (1000, 600), 0, 10, 0, 0, 0)
-    end = HealthSample(1.0, 0.4, (1400, 800), 0, 5010, 0,
-                       endpoint_wait_ns=int(0.3e9), vswitchd_wait_ns=int(0.05e9))
-    health = health_between(start, end, [])
-    assert health['endpoint_cpu_wait'] == 0.3 and health['vswitchd_cpu_wait'] == 0.05
-    assert not health['trusted']
-    assert health['reasons'] == [
-        "endpoint loop waited 30% of the run for a CPU (the cores were busy: the "
-        "fabric's own forwarding or other work)"]
-    # The kernel's TCP: this process only watches; its wait is reported, not gated.
-    kernel = health_between(start, end, [], endpoint_loop=False)
-    assert kernel['endpoint_cpu_wait'] == 0.3 and kernel['trusted']
 
 
 def histogram(waits: dict[float, int]) -> WaitHistogram:
