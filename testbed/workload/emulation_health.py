@@ -161,7 +161,7 @@ class HealthSample:
     endpoint_wait_ns: int = 0     # run-queue wait of this process's threads
     vswitchd_wait_ns: int = 0     # ... and of ovs-vswitchd's forwarding threads
     hosts: dict[str, int] = field(default_factory=dict)   # _host_counters
-    # Each wait, by WAIT_GROUPS, where the eBPF program watched them.
+    # Each wait, by group (wait_groups()), where the eBPF program watched them.
     waits: dict[str, WaitHistogram] | None = None
 
     @classmethod
@@ -169,7 +169,7 @@ class HealthSample:
             waits: 'RunQueueWaits | None' = None) -> 'HealthSample':
         """`host_pids`: a process in each emulated host's namespace, whose
         counters of loss inside the host are read. `waits`: the program
-        watching the WAIT_GROUPS' threads (waits_watched())."""
+        watching the threads of wait_groups() (waits_watched())."""
         packets, lost = _datapath_counters()
         vswitchd = _vswitchd_pid()
         return cls(time.monotonic(), time.process_time(), _cpu_ticks(),
@@ -252,17 +252,15 @@ def health_between(start: HealthSample, end: HealthSample,
         saturation.append('endpoint loop used %.0f%% of a core'
                           % (100 * process))
     long_waits = _long_waits(start, end, wall, base_rtt_s)
-    gated = {ENDPOINT: endpoint_wait, VSWITCHD: vswitchd_wait}
+    gated, which = {ENDPOINT: endpoint_wait, VSWITCHD: vswitchd_wait}, ''
     if long_waits['long_cpu_wait_s'] is not None:
-        gated = {group: long_waits['long_cpu_wait'][group] for group in gated}
+        gated = long_waits['long_cpu_wait']
+        which = ' in waits of %.2f ms or more' % (1e3 * long_waits['long_cpu_wait_s'])
     for group, waited in gated.items():
         if waited > WAIT_LIMIT and (endpoint_loop or group != ENDPOINT):
-            saturation.append('%s waited %.0f%% of the run for a CPU%s (the '
-                              'cores were busy: the fabric\'s own forwarding '
-                              'or other work)' % (WHO[group], 100 * waited, '' if
-                                                  long_waits['long_cpu_wait_s'] is None
-                                                  else ' in waits of %.2f ms or more'
-                                                  % (1e3 * long_waits['long_cpu_wait_s'])))
+            saturation.append('%s waited %.0f%% of the run for a CPU%s (the cores '
+                              'were busy: the fabric\'s own forwarding or other '
+                              'work)' % (WHO[group], 100 * waited, which))
     if lost:
         saturation.append('OVS datapath lost %d upcalls' % lost)
     if received_lost > DROP_LIMIT * max(1, packets):

@@ -86,6 +86,21 @@ def test_ovs_forwarding_wait_is_its_pmd_threads_where_it_has_them():
         assert forwarding_wait_while_spinning() < 0.05
 
 
+def test_the_gate_names_who_waited():
+    start = HealthSample(0.0, 0.0, (1000, 600), 0, 10, 0, 0, 0)
+    end = HealthSample(1.0, 0.4, (1400, 800), 0, 5010, 0,
+                       endpoint_wait_ns=int(0.3e9), vswitchd_wait_ns=int(0.05e9))
+    health = health_between(start, end, [])
+    assert health['endpoint_cpu_wait'] == 0.3 and health['vswitchd_cpu_wait'] == 0.05
+    assert not health['trusted']
+    assert health['reasons'] == [
+        "endpoint loop waited 30% of the run for a CPU (the cores were busy: the "
+        "fabric's own forwarding or other work)"]
+    # The kernel's TCP: this process only watches; its wait is reported, not gated.
+    kernel = health_between(start, end, [], endpoint_loop=False)
+    assert kernel['endpoint_cpu_wait'] == 0.3 and kernel['trusted']
+
+
 def histogram(waits: dict[float, int]) -> WaitHistogram:
     """`waits`: wait length in seconds -> how many."""
     count, total = [0] * BUCKETS, [0] * BUCKETS
