@@ -232,24 +232,35 @@ def compile_args() -> list[str]:
 
 def object_path(build_dir: Path = BUILD_DIR) -> Path:
     """Where the object for this source and these flags is, built or not."""
-    digest = hashlib.sha256(SOURCE.read_bytes())
-    digest.update(json.dumps(compile_args()).encode())
-    return build_dir / ('switch_port-%s.o' % digest.hexdigest()[:16])
+    return object_path_for(SOURCE, compile_args(), build_dir)
 
 
 def build(build_dir: Path = BUILD_DIR) -> Path:
     """The compiled object, built now only if this source and flags were never built."""
-    obj = object_path(build_dir)
+    return build_object(SOURCE, compile_args(), build_dir)
+
+
+def object_path_for(source: Path, args: list[str], build_dir: Path) -> Path:
+    """Where `source` compiled with `args` is: named by a hash of both."""
+    digest = hashlib.sha256(source.read_bytes())
+    digest.update(json.dumps(args).encode())
+    return build_dir / ('%s-%s.o' % (source.stem, digest.hexdigest()[:16]))
+
+
+def build_object(source: Path, args: list[str], build_dir: Path) -> Path:
+    """`source` compiled by clang with `args`, built now only if never built; the objects
+    of earlier versions of it removed (a loaded program needs no file)."""
+    obj = object_path_for(source, args, build_dir)
     if obj.exists():
         return obj
     build_dir.mkdir(parents=True, exist_ok=True)
     tmp = obj.with_name('%s.%d.tmp' % (obj.name, os.getpid()))
     try:
-        _run([_need(clang(), 'clang'), *compile_args(), '-c', str(SOURCE), '-o', str(tmp)])
+        _run([_need(clang(), 'clang'), *args, '-c', str(source), '-o', str(tmp)])
         os.replace(tmp, obj)       # atomic: a concurrent build never sees half an object
     finally:
         tmp.unlink(missing_ok=True)
-    for old in build_dir.glob('switch_port-*.o'):   # a loaded program needs no file
+    for old in build_dir.glob('%s-*.o' % source.stem):
         if old != obj:
             old.unlink(missing_ok=True)
     return obj

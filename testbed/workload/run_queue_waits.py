@@ -12,8 +12,6 @@ pinned: whatever way the process ends, the kernel detaches it.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import json
 import os
 import struct
 from collections.abc import Mapping
@@ -64,13 +62,6 @@ def bucket_of(wait_s: float) -> int:
     return min(max(us, 1).bit_length() - 1, BUCKETS - 1)
 
 
-def object_path(build_dir: Path = BUILD_DIR) -> Path:
-    """Where the object for this source and these flags is, built or not."""
-    digest = hashlib.sha256(SOURCE.read_bytes())
-    digest.update(json.dumps(_compile_args()).encode())
-    return build_dir / ('run_queue_waits-%s.o' % digest.hexdigest()[:16])
-
-
 def _compile_args() -> list[str]:
     include = switch_port.arch_include_dir()
     if include is None:
@@ -79,26 +70,12 @@ def _compile_args() -> list[str]:
 
 
 def build(build_dir: Path = BUILD_DIR) -> Path:
-    """The compiled object, built now only if this source and flags were never built."""
-    obj = object_path(build_dir)
-    if obj.exists():
-        return obj
-    compiler = switch_port.clang()
-    if compiler is None:
-        raise RunQueueWaitsError('no clang: install it (scripts/setup.sh)')
-    build_dir.mkdir(parents=True, exist_ok=True)
-    tmp = obj.with_name('%s.%d.tmp' % (obj.name, os.getpid()))
+    """The compiled object (build/bpf/run_queue_waits-<hash>.o), built now only if this
+    source and flags were never built."""
     try:
-        switch_port._run([compiler, *_compile_args(), '-c', str(SOURCE), '-o', str(tmp)])
-        os.replace(tmp, obj)
+        return switch_port.build_object(SOURCE, _compile_args(), build_dir)
     except switch_port.SwitchPortError as err:
         raise RunQueueWaitsError(str(err)) from err
-    finally:
-        tmp.unlink(missing_ok=True)
-    for old in build_dir.glob('run_queue_waits-*.o'):
-        if old != obj:
-            old.unlink(missing_ok=True)
-    return obj
 
 
 def _libbpf() -> ctypes.CDLL:
