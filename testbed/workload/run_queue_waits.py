@@ -91,6 +91,8 @@ def _libbpf() -> ctypes.CDLL:
             ('bpf_object__find_map_fd_by_name', c_int, [ptr, ctypes.c_char_p]),
             ('bpf_object__next_program', ptr, [ptr, ptr]),
             ('bpf_program__attach', ptr, [ptr]),
+            ('bpf_program__fd', c_int, [ptr]),
+            ('bpf_obj_get_info_by_fd', c_int, [c_int, ptr, ctypes.POINTER(ctypes.c_uint32)]),
             ('bpf_link__destroy', c_int, [ptr]),
             ('bpf_map_update_elem', c_int, [c_int, ptr, ptr, ctypes.c_uint64]),
             ('bpf_map_lookup_elem', c_int, [c_int, ptr, ptr]),
@@ -119,6 +121,7 @@ class RunQueueWaits:
         if not self._obj:
             raise _failed('opening %s' % build())
         self._links: list[int] = []
+        self.program_ids: list[int] = []     # the kernel's ids of the programs attached
         try:
             if self._lib.bpf_object__load(self._obj) != 0:
                 raise _failed('loading the run-queue wait program')
@@ -146,7 +149,16 @@ class RunQueueWaits:
             if not link:
                 raise _failed('attaching to the scheduler tracepoints')
             self._links.append(link)
+            self.program_ids.append(self._program_id(prog))
             prog = self._lib.bpf_object__next_program(self._obj, prog)
+
+    def _program_id(self, prog: int) -> int:
+        info = ctypes.create_string_buffer(8)       # struct bpf_prog_info: type, id
+        size = ctypes.c_uint32(len(info))
+        if self._lib.bpf_obj_get_info_by_fd(self._lib.bpf_program__fd(prog), info,
+                                            ctypes.byref(size)) != 0:
+            raise _failed('reading a program id')
+        return struct.unpack('=II', info.raw)[1]
 
     def read(self) -> dict[str, WaitHistogram]:
         found = {}

@@ -23,18 +23,19 @@ def spin(seconds: float) -> None:
         pass
 
 
-def our_programs() -> list[str]:
-    out = subprocess.run(['bpftool', 'prog', 'show'], capture_output=True, text=True).stdout
-    return [name for name in ('on_wakeup', 'on_wakeup_new', 'on_switch') if name in out]
+def loaded(ids: list[int]) -> list[int]:
+    """Which of these program ids the kernel still has loaded (bpftool prog show id N)."""
+    return [i for i in ids if subprocess.run(['bpftool', 'prog', 'show', 'id', str(i)],
+                                             capture_output=True).returncode == 0]
 
 
-def our_programs_after_release() -> list[str]:
-    """Ours still loaded 2 s after the last reference went: the kernel frees a program
-    after an RCU grace period, so one may still be listed for a moment."""
+def loaded_after_release(ids: list[int]) -> list[int]:
+    """Which are still loaded 2 s after the last reference went: the kernel frees a
+    program after an RCU grace period, so one may still be listed for a moment."""
     deadline = time.monotonic() + 2
-    while our_programs() and time.monotonic() < deadline:
+    while loaded(ids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return our_programs()
+    return loaded(ids)
 
 
 def test_losing_the_cpu_to_a_busy_loop_is_slice_long_waits():
@@ -49,6 +50,7 @@ def test_losing_the_cpu_to_a_busy_loop_is_slice_long_waits():
     try:
         time.sleep(0.2)                  # it runs before the measurement starts
         with RunQueueWaits({'this thread': [os.getpid()]}) as watcher:
+            ids = watcher.program_ids
             summed = _run_queue_wait_ns('self', [str(os.getpid())])
             start = watcher.read()['this thread']
             spin(SPIN_S)
@@ -68,7 +70,7 @@ def test_losing_the_cpu_to_a_busy_loop_is_slice_long_waits():
     # The same waits as the kernel's sum, but for the moments between the two reads
     # of each (a wait in progress at a read is counted by one and not yet by the other).
     assert abs(waits.total_ns() - summed) < 0.1 * summed
-    assert our_programs_after_release() == []
+    assert loaded_after_release(ids) == []
 
 
 def test_sleeping_between_packets_is_short_waits():
@@ -87,18 +89,20 @@ def test_sleeping_between_packets_is_short_waits():
 
 
 def test_a_closed_watcher_leaves_nothing_attached():
-    with RunQueueWaits({'this thread': [os.getpid()]}):
-        assert our_programs() == ['on_wakeup', 'on_wakeup_new', 'on_switch']
-    assert our_programs_after_release() == []
+    with RunQueueWaits({'this thread': [os.getpid()]}) as watcher:
+        ids = watcher.program_ids
+        assert len(ids) == 3 and loaded(ids) == ids     # wake-up, new task, switch
+    assert loaded_after_release(ids) == []
     # A process that dies with the program attached leaves nothing either: the kernel
     # detaches what only its file descriptors held.
     code = ('import os; from testbed.workload.run_queue_waits import RunQueueWaits\n'
-            'w = RunQueueWaits({"x": [os.getpid()]}); print("attached", flush=True)\n'
+            'w = RunQueueWaits({"x": [os.getpid()]}); print(*w.program_ids, flush=True)\n'
             'os.kill(os.getpid(), 9)')
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                           timeout=60)
-    assert done.stdout.strip() == 'attached', done.stderr
-    assert our_programs_after_release() == []
+    ids = [int(i) for i in done.stdout.split()]
+    assert len(ids) == 3, done.stderr
+    assert loaded_after_release(ids) == []
 
 
 def test_buckets_are_log2_microseconds():
@@ -114,4 +118,3 @@ def test_doctor_says_it_runs_here():
     """The set-up script built it and this kernel attaches it (what `doctor` prints)."""
     works, detail = status()
     assert works, detail
-    assert our_programs_after_release() == []
