@@ -44,7 +44,7 @@ from testbed.fabric.netns import inside  # noqa: E402
 from testbed.fabric.run_lock import RunLock  # noqa: E402
 from testbed.fabric.topo_spec import parse_topo_spec  # noqa: E402
 from testbed.nic.emulated_timescale import (  # noqa: E402
-    DATA_FRAME_BYTES, DATA_PAYLOAD_BYTES, SACK_FRAME_BYTES)
+    DATA_FRAME_BYTES, DATA_PAYLOAD_BYTES, SACK_FRAME_BYTES, data_frame_bytes, max_payload)
 from testbed.nic.socket_runtime import (IPPROTO_IPV6_IN_IPV6,  # noqa: E402
                                         UDP_NO_CHECK6_RX)
 from testbed.nic.wire import (IPV6_HEADER_LEN, UDP_HEADER_LEN,  # noqa: E402
@@ -71,6 +71,11 @@ AFXDP = 'afxdp-nonpmd'
 # queues what they send (testbed.fabric.port_stage); the spec builds them.
 STAGED = 'afxdp'
 STAGED_FIDELITY_RATES = (5.0, 10.0, 20.0)
+# ... and the default scenario's fabric: those ports with its 3,500-byte MTU
+# (scenarios/link_failure_allreduce.yaml), where each packet carries 2.5 times
+# the payload for the same work per packet of the endpoint loop and the PMD thread.
+DEFAULT_MTU = 3500
+DEFAULT_FABRIC_RATES = (10.0, 20.0, 40.0)
 # A shaped fabric, to see whether the switch ports' qdiscs see what OVS
 # sends through each port type (ovs.PORT_TYPES' comment).
 BYPASS_FABRIC = ('leafspine,leaves=2,spines=2,hosts=1,planes=1,bw=10', 'h1', 'h2')
@@ -706,24 +711,26 @@ def endpoint_text(endpoint: dict) -> str:
 # -- 4. where fidelity stops ------------------------------------------------
 
 def measure_fidelity(ctx: BenchContext) -> list[dict]:
-    sweeps = [('system', (10.0,) if ctx.quick else FIDELITY_RATES)]
+    sweeps = [('system', (10.0,) if ctx.quick else FIDELITY_RATES, MTU)]
     if not ctx.quick and STAGED in ovs.interface_types():
-        sweeps.append((STAGED, STAGED_FIDELITY_RATES))
+        sweeps += [(STAGED, STAGED_FIDELITY_RATES, MTU),
+                   (STAGED, DEFAULT_FABRIC_RATES, DEFAULT_MTU)]
     rows = []
-    for ports, rates in sweeps:
+    for ports, rates, mtu in sweeps:
         for rate in rates:
             size_mb = 0.3 if ctx.quick else \
                 TRIAL_IDEAL_S * FIDELITY_PLANES * rate / 8
-            rows.append(fidelity_trial(ctx, rate, size_mb, ports))
+            rows.append(fidelity_trial(ctx, rate, size_mb, ports, mtu))
             say_fidelity(ctx, rows[-1])
     return rows
 
 
 def say_fidelity(ctx: BenchContext, row: dict) -> None:
-    ctx.say(KEY, 'fidelity %g Mbit/s, %s ports: %.0f%% of ideal, machine %.0f%% '
+    ctx.say(KEY, 'fidelity %g Mbit/s, %s ports, mtu %d: %.0f%% of ideal, machine %.0f%% '
                 'busy, endpoint %.0f%% and ovs-vswitchd %.0f%% of a core, %s '
                 'after %d attempt%s' % (
-                    row['rate_mbit'], fidelity_ports(row), 100 * row['fraction'],
+                    row['rate_mbit'], fidelity_ports(row), fidelity_mtu(row),
+                    100 * row['fraction'],
                     100 * row['health']['machine_cpu_busy'],
                     100 * row['health']['endpoint_process_cpu'],
                     100 * row['vswitchd_cpu'],
@@ -735,13 +742,18 @@ def fidelity_ports(row: dict) -> str:
     return row.get('ports', 'system')       # raw data of a run before afxdp=1
 
 
+def fidelity_mtu(row: dict) -> int:
+    return row.get('mtu', MTU)              # ... or before the default fabric's sweep
+
+
 def fidelity_trial(ctx: BenchContext, rate: float, size_mb: float,
-                   ports: str = 'system') -> dict:
+                   ports: str = 'system', mtu: int = MTU) -> dict:
     """One MRC permutation; run_trial re-runs saturated attempts, and the
     last attempt's health is what this sweep is after. ovs-vswitchd's CPU
     is averaged over every attempt."""
     ideal_s = size_mb * 8 / (FIDELITY_PLANES * rate)
-    topology = built_spec(FIDELITY_TOPOLOGY, ports)
+    topology = built_spec(FIDELITY_TOPOLOGY, ports) + (
+        ',mtu=%d' % mtu if mtu != MTU else '')
     with FabricNet(fabric_spec(topology, rate)) as fab:
         sc = scenario('bench-emulator-scale', topology, rate, {
             'type': 'permutation', 'hosts': FIDELITY_HOSTS,
@@ -756,11 +768,11 @@ def fidelity_trial(ctx: BenchContext, rate: float, size_mb: float,
             for f in flows]
     makespan = max(max(ends) - min(f.started for f in flows), 1e-9)
     delivered = sum(f.delivered for f in flows)
-    sent_packets = (delivered + trial.run.retransmitted_bytes) / MRC_PAYLOAD
+    sent_packets = (delivered + trial.run.retransmitted_bytes) / max_payload(mtu)
     ideal_bps = len(FIDELITY_HOSTS) * FIDELITY_PLANES * rate * 1e6
     return {'rate_mbit': rate, 'size_mb': size_mb, 'hops': hops, 'ports': ports,
-            'ideal_mbit': ideal_bps / 1e6,
-            'offered_packet_hops': ideal_bps / (MRC_FRAME_BYTES * 8) * hops,
+            'mtu': mtu, 'ideal_mbit': ideal_bps / 1e6,
+            'offered_packet_hops': ideal_bps / (data_frame_bytes(mtu) * 8) * hops,
             'fraction': delivered * 8 / makespan / ideal_bps,
             'data_packet_hops': sent_packets / makespan * hops,
             'makespan_s': makespan,
@@ -773,7 +785,9 @@ def fidelity_text(all_rows: list[dict], capacities: list[dict],
                   endpoint: dict) -> str:
     sacks_per_data = endpoint['none']['sack_pps'] / endpoint['none']['data_pps']
     rows = [r for r in all_rows if fidelity_ports(r) == 'system']
-    staged_rows = [r for r in all_rows if fidelity_ports(r) == STAGED]
+    staged_rows = [r for r in all_rows
+                   if fidelity_ports(r) == STAGED and fidelity_mtu(r) == MTU]
+    default_rows = [r for r in all_rows if fidelity_mtu(r) == DEFAULT_MTU]
     table = md_table(
         ['switch ports', 'link rate',
          f"ideal ({len(FIDELITY_HOSTS)} × {FIDELITY_PLANES} × rate)",
@@ -781,7 +795,8 @@ def fidelity_text(all_rows: list[dict], capacities: list[dict],
          'achieved data packet-hops/s', 'goodput / ideal', 'machine CPU',
          'endpoint CPU', 'ovs-vswitchd CPU', 'lost upcalls', 'attempts',
          'verdict'],
-        [(fidelity_ports(r), f"{r['rate_mbit']:g} Mbit/s", f"{r['ideal_mbit']:g} Mbit/s",
+        [(fidelity_ports(r) + ('' if fidelity_mtu(r) == MTU else f", mtu {fidelity_mtu(r)}"),
+          f"{r['rate_mbit']:g} Mbit/s", f"{r['ideal_mbit']:g} Mbit/s",
           f"{r['offered_packet_hops']:,.0f}", f"{r['data_packet_hops']:,.0f}",
           f"{r['fraction']:.0%}", f"{r['health']['machine_cpu_busy']:.0%}",
           f"{r['health']['endpoint_process_cpu']:.0%}",
@@ -809,12 +824,38 @@ def fidelity_text(all_rows: list[dict], capacities: list[dict],
         f"back. ovs-vswitchd CPU is over the whole trial. A trial flagged "
         f"saturated is re-run up to 3 times; the table shows the last "
         f"attempt. *system*: the switch ports every fabric has by default; "
-        f"*{STAGED}*: the same fabric built with `afxdp=1`.",
+        f"*{STAGED}*: the same fabric built with `afxdp=1`; *mtu {DEFAULT_MTU}*: "
+        f"with the default scenario's MTU too ({data_frame_bytes(DEFAULT_MTU):,}-byte "
+        f"frames, {max_payload(DEFAULT_MTU):,} bytes of payload).",
         table,
         verdict_paragraph(rows, fat_tree[0] if fat_tree else None,
                           sacks_per_data),
         staged_paragraph(rows, staged_rows),
+        default_fabric_paragraph(default_rows),
         bigger_machine_paragraph(capacities, endpoint, rows)] if part)
+
+
+def default_fabric_paragraph(rows: list[dict]) -> str:
+    """Where fidelity stops on the default scenario's fabric (AF_XDP ports, its MTU)."""
+    if not rows:
+        return ''
+    short = past_the_limit(rows)
+    kept = rows[:len(rows) - len(short)] or rows[:1]
+    last = kept[-1]
+    stop = (f"; at {short[0]['rate_mbit']:g} Mbit/s ("
+            f"~{short[0]['offered_packet_hops']:,.0f}) it moved "
+            f"{short[0]['fraction']:.0%}, " + (
+                'trusted' if short[0]['trusted'] else
+                'rejected: ' + '; '.join(short[0]['health']['reasons']))
+            if short else ': this sweep did not reach the emulator\'s limit')
+    return (f"**On the default scenario's fabric** (`afxdp=1`, mtu {DEFAULT_MTU}): "
+            f"MRC moved {rows[0]['fraction']:.0%} of ideal at "
+            f"{rows[0]['rate_mbit']:g} Mbit/s per link and "
+            f"{last['fraction']:.0%} at {last['rate_mbit']:g} Mbit/s "
+            f"(~{last['offered_packet_hops']:,.0f} data packet-hops/s offered, "
+            f"{'trusted' if last['trusted'] else 'rejected'}){stop}. With "
+            f"{max_payload(DEFAULT_MTU) / max_payload(MTU):.1f}× the payload per "
+            f"packet, the same packet budget carries that much more traffic.")
 
 
 def staged_paragraph(rows: list[dict], staged_rows: list[dict]) -> str:
