@@ -848,14 +848,16 @@ def default_fabric_paragraph(rows: list[dict]) -> str:
                 'trusted' if short[0]['trusted'] else
                 'rejected: ' + '; '.join(short[0]['health']['reasons']))
             if short else ': this sweep did not reach the emulator\'s limit')
+    upto = '' if last is rows[0] else (
+        f" and {last['fraction']:.0%} at {last['rate_mbit']:g} Mbit/s")
     return (f"**On the default scenario's fabric** (`afxdp=1`, mtu {DEFAULT_MTU}): "
             f"MRC moved {rows[0]['fraction']:.0%} of ideal at "
-            f"{rows[0]['rate_mbit']:g} Mbit/s per link and "
-            f"{last['fraction']:.0%} at {last['rate_mbit']:g} Mbit/s "
+            f"{rows[0]['rate_mbit']:g} Mbit/s per link{upto} "
             f"(~{last['offered_packet_hops']:,.0f} data packet-hops/s offered, "
-            f"{'trusted' if last['trusted'] else 'rejected'}){stop}. With "
-            f"{max_payload(DEFAULT_MTU) / max_payload(MTU):.1f}× the payload per "
-            f"packet, the same packet budget carries that much more traffic.")
+            f"{'trusted' if last['trusted'] else 'rejected'}){stop}. Each packet "
+            f"carries {max_payload(DEFAULT_MTU) / max_payload(MTU):.1f}× the payload "
+            f"of a {MTU:,}-byte one for about the same work of the endpoint loop "
+            f"and the PMD thread.")
 
 
 def staged_paragraph(rows: list[dict], staged_rows: list[dict]) -> str:
