@@ -135,8 +135,9 @@ def lower_pmd_threads(vswitchd_pid: int, raised: list[int]) -> None:
         nice = os.getpriority(os.PRIO_PROCESS, vswitchd_pid)
     except ProcessLookupError:
         return                        # ovs-vswitchd has gone, and its threads with it
+    still_pmd = {int(task) for task in threads(vswitchd_pid, PMD_THREADS)}
     for task in raised:
-        if str(task) not in threads(vswitchd_pid, PMD_THREADS):
+        if task not in still_pmd:
             continue                  # ended (a thread id may be reused: only PMD ones)
         try:
             os.setpriority(os.PRIO_PROCESS, task, nice)

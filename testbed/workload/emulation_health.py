@@ -78,13 +78,18 @@ def _run_queue_wait_ns(pid: int | str, tasks: list[str] | None = None) -> int:
     return total
 
 
+def _forwarding_threads(pid: str) -> list[str]:
+    """The ovs-vswitchd threads that carry the fabric's packets: its PMD
+    threads where it has any (AF_XDP ports: the main thread then only serves
+    the control plane, such as our own counter reads and a fault's port
+    change, and its wait delays no packet); every thread where it has none
+    (the main thread reads `system` ports)."""
+    return threads(pid, PMD_THREADS) or threads(pid)
+
+
 def _vswitchd_forwarding_wait_ns(pid: str) -> int:
-    """The run-queue wait of the ovs-vswitchd threads that carry the fabric's
-    packets: its PMD threads where it has any (AF_XDP ports: the main thread
-    then only serves the control plane, such as our own counter reads and a
-    fault's port change, and its wait delays no packet); every thread where it
-    has none (the main thread reads `system` ports)."""
-    return _run_queue_wait_ns(pid, threads(pid, PMD_THREADS) or None)
+    """The run-queue wait of ovs-vswitchd's _forwarding_threads()."""
+    return _run_queue_wait_ns(pid, _forwarding_threads(pid))
 
 
 # Counters of a host's network namespace (/proc/<pid>/net/snmp6) that count a
@@ -189,7 +194,7 @@ def wait_groups() -> dict[str, list[int]]:
     """The threads of each group now (threads started later are not seen:
     the fabric and its PMD threads exist before a trial starts)."""
     vswitchd = _vswitchd_pid()
-    forwarding = (threads(vswitchd, PMD_THREADS) or threads(vswitchd)) if vswitchd else []
+    forwarding = _forwarding_threads(vswitchd) if vswitchd else []
     return {ENDPOINT: [int(t) for t in threads('self')],
             VSWITCHD: [int(t) for t in forwarding]}
 

@@ -117,9 +117,10 @@ class RunQueueWaits:
             raise ValueError('at most %d groups' % GROUPS)
         self.names = list(groups)
         self._lib = _libbpf()
-        self._obj = self._lib.bpf_object__open_file(os.fsencode(build()), None)
+        obj = build()
+        self._obj = self._lib.bpf_object__open_file(os.fsencode(obj), None)
         if not self._obj:
-            raise _failed('opening %s' % build())
+            raise _failed('opening %s' % obj)
         self._links: list[int] = []
         self.program_ids: list[int] = []     # the kernel's ids of the programs attached
         try:
