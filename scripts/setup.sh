@@ -169,6 +169,10 @@ fi
 # is missing.
 (cd "$repo" && "$venv/bin/python" -m testbed.fabric.switch_port build >/dev/null) \
   || say "warning: the switch-port eBPF program did not build (see mrc-testbed doctor)"
+# The hosts' SRv6 decapsulation where the kernel has no seg6local (testbed/fabric/host_decap.c);
+# without it, and without seg6local, no fabric can be built.
+(cd "$repo" && "$venv/bin/python" -m testbed.fabric.host_decap >/dev/null) \
+  || say "warning: the host decapsulation eBPF program did not build (see mrc-testbed doctor)"
 # The run-queue wait program the health gate reads (testbed/workload/run_queue_waits.c);
 # without it the gate reads the kernel's sums of waits, which count harmless wake-ups too.
 (cd "$repo" && "$venv/bin/python" -m testbed.workload.run_queue_waits >/dev/null) \

@@ -4,7 +4,9 @@ The switch ports' counters are read twice a second during a run, from the
 same thread that drives the endpoints. `bpftool map dump` costs a process
 and tens of milliseconds each time, a stall the endpoints would feel; here
 a whole map is a few system calls (BPF_OBJ_GET, then GET_NEXT_KEY and
-LOOKUP_ELEM per entry). Only what reading needs: no updates, no creation.
+LOOKUP_ELEM per entry). Entries are written and deleted the same way (kernel
+flows set up their carriers while a run goes on: testbed.kernel.seg6_encap).
+No creation: the maps are the loaded programs'.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from collections.abc import Iterator
 
 # bpf(2) syscall numbers (asm/unistd.h).
 _NR_BPF = {'x86_64': 321, 'aarch64': 280, 'riscv64': 280, 'ppc64le': 361, 's390x': 351}
-BPF_MAP_LOOKUP_ELEM, BPF_MAP_GET_NEXT_KEY, BPF_OBJ_GET = 1, 4, 7
+BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_MAP_DELETE_ELEM = 1, 2, 3
+BPF_MAP_GET_NEXT_KEY, BPF_OBJ_GET = 4, 7
 BPF_OBJ_GET_INFO_BY_FD = 15
 ATTR_SIZE = 128                     # room for every bpf_attr variant we use
 # struct bpf_map_info up to name[16]: type, id, key_size, value_size,
@@ -85,6 +88,29 @@ class PinnedMap:
                     continue
                 raise
             yield key.raw, value.raw
+
+    def update(self, key: bytes, value: bytes) -> None:
+        """Write one entry (made or replaced)."""
+        k, v = self._buffer(key, self.key_size), self._buffer(value, self.value_size)
+        _bpf(BPF_MAP_UPDATE_ELEM, struct.pack('=I4xQQQ', self.fd, ctypes.addressof(k),
+                                              ctypes.addressof(v), 0))
+
+    def delete(self, key: bytes) -> bool:
+        """Remove one entry; False if there was none."""
+        k = self._buffer(key, self.key_size)
+        try:
+            _bpf(BPF_MAP_DELETE_ELEM, struct.pack('=I4xQ', self.fd, ctypes.addressof(k)))
+        except BpfError as err:
+            if err.errno == 2:                # ENOENT
+                return False
+            raise
+        return True
+
+    @staticmethod
+    def _buffer(raw: bytes, size: int) -> ctypes.Array:
+        if len(raw) != size:
+            raise ValueError('%d bytes where the map has %d' % (len(raw), size))
+        return ctypes.create_string_buffer(raw, size)
 
     def close(self) -> None:
         if self.fd >= 0:

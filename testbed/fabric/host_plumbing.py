@@ -2,7 +2,9 @@
 
 Per NIC port (one per plane): the plan's MAC and address, an End.DT6 SID so
 the kernel decapsulates carriers addressed to this port into the local table
-(table 254 does not deliver to local addresses; 255 does), a route for the
+(table 254 does not deliver to local addresses; 255 does) or, on a kernel
+without seg6local, the eBPF program that does the same on the port's ingress
+(testbed.fabric.host_decap), a route for the
 plane's uSID block through a static gateway neighbour on that port, a route
 for the plane's host prefix through the same gateway (the routed fabric mode:
 plain IPv6 to a peer goes to the first switch, which routes it; the address
@@ -18,9 +20,12 @@ import ipaddress
 import fcntl
 import socket
 import struct
+import subprocess
+from pathlib import Path
 
 from pyroute2 import IPRoute
 
+from testbed.fabric import host_decap
 from testbed.fabric.netns import inside, write_sysctl
 from testbed.fabric.usid_plan import (GATEWAY_LL, GATEWAY_MAC, HostPort,
                                       block)
@@ -32,6 +37,7 @@ NUD_PERMANENT = 0x80
 IFA_F_NODAD = 0x02
 IFA_F_NOPREFIXROUTE = 0x200
 HOST_PREFIX_LEN = 64
+TC_TIMEOUT_S = 60.0
 
 # Set as the namespace's defaults before its ports exist, so that ports come
 # up as routers with no DAD, router solicitation or late multicast-listener
@@ -59,13 +65,27 @@ def prepare_namespace(pid: int) -> None:
         write_sysctl('net.ipv4.tcp_ecn', TCP_ECN_ON)
 
 
-def plumb_host(pid: int, ports: list[HostPort]) -> None:
+def plumb_host(pid: int, ports: list[HostPort], decap_obj: Path | None = None) -> None:
+    """Plumb the host's ports; their SIDs decapsulated by the kernel's End.DT6, or by
+    `decap_obj` (host_decap.build()) on each port's ingress."""
     with inside(pid), IPRoute() as ipr:
         for port in ports:
-            _plumb_port(ipr, port)
+            _plumb_port(ipr, port, kernel_decap=decap_obj is None)
+    if decap_obj is not None:
+        _attach_decap(pid, [port.intf for port in ports], decap_obj)
 
 
-def _plumb_port(ipr: IPRoute, port: HostPort) -> None:
+def _attach_decap(pid: int, intfs: list[str], obj: Path) -> None:
+    commands = [line for intf in intfs for line in host_decap.attach_commands(intf, obj)]
+    done = subprocess.run(['nsenter', '--net=/proc/%d/ns/net' % pid, 'tc', '-batch', '-'],
+                          input='\n'.join(commands) + '\n', capture_output=True, text=True,
+                          timeout=TC_TIMEOUT_S)
+    if done.returncode:
+        raise host_decap.HostDecapError('decapsulation on %s: %s' % (
+            ', '.join(intfs), (done.stderr or done.stdout).strip()[-2000:]))
+
+
+def _plumb_port(ipr: IPRoute, port: HostPort, kernel_decap: bool = True) -> None:
     idx = ipr.link_lookup(ifname=port.intf)[0]
     ipr.link('set', index=idx, address=port.mac, state='up')
     ipr.addr('add', index=idx, address=port.address, prefixlen=HOST_PREFIX_LEN,
@@ -75,8 +95,9 @@ def _plumb_port(ipr: IPRoute, port: HostPort) -> None:
     ipr.route('add', dst='%s/32' % _block_prefix(port.plane),
               gateway=GATEWAY_LL, oif=idx)
     ipr.route('add', dst=host_prefix(port), gateway=GATEWAY_LL, oif=idx)
-    ipr.route('add', dst='%s/48' % port.sid, oif=idx, encap={
-        'type': 'seg6local', 'action': 'End.DT6', 'table': RT_TABLE_LOCAL})
+    if kernel_decap:
+        ipr.route('add', dst='%s/48' % port.sid, oif=idx, encap={
+            'type': 'seg6local', 'action': 'End.DT6', 'table': RT_TABLE_LOCAL})
     tx_checksum_off(port.intf)
 
 
@@ -122,7 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     plan = FabricPlan.from_topo(parse_topo_spec(args.topo).build())
     if args.host not in plan.hosts:
         parser.error('%s has no host %s' % (args.topo, args.host))
-    plumb_host(args.pid, [plan.host_ports[(args.host, p)] for p in plan.planes])
+    decap_obj = None if host_decap.choose(host_decap.AUTO) == host_decap.KERNEL \
+        else host_decap.build()
+    plumb_host(args.pid, [plan.host_ports[(args.host, p)] for p in plan.planes], decap_obj)
 
 
 if __name__ == '__main__':

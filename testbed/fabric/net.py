@@ -32,7 +32,8 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
-from testbed.fabric import convergence, cpu_placement, ovs, port_stage, signals, verbosity
+from testbed.fabric import (convergence, cpu_placement, host_decap, ovs, port_stage, signals,
+                            verbosity)
 from testbed.fabric.features import afxdp_misfit, ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.probe import PathProber
@@ -77,8 +78,15 @@ class FabricNet:
     `fab.net` (the Mininet object), `fab.plan` and `fab.timings`."""
 
     def __init__(self, spec: TopoSpec, datapath: str | None = None,
-                 convergence_delay_s: float | None = None) -> None:
+                 convergence_delay_s: float | None = None,
+                 decap: str = host_decap.AUTO) -> None:
         self.spec = spec
+        # Who decapsulates at the hosts: the kernel's End.DT6, or eBPF where
+        # the kernel has no seg6local (host_decap).
+        try:
+            self.decap = host_decap.choose(decap)
+        except host_decap.HostDecapError as err:
+            raise FabricError(str(err)) from err
         if convergence_delay_s is not None and not convergence_delay_s >= 0:
             raise FabricError('convergence delay must be >= 0 s, got %r'
                               % (convergence_delay_s,))
@@ -364,9 +372,10 @@ class FabricNet:
 
     def _plumb_hosts(self) -> None:
         assert self.net is not None
+        decap_obj = host_decap.build() if self.decap == host_decap.EBPF else None
         for host in self.plan.hosts:
             ports = [self.plan.host_ports[(host, p)] for p in self.plan.planes]
-            plumb_host(self.net[host].pid, ports)
+            plumb_host(self.net[host].pid, ports, decap_obj)
 
     def stop(self) -> None:
         """Fast, complete teardown; safe to call more than once."""

@@ -15,6 +15,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.fabric.netns import inside
+from testbed.kernel.seg6_encap import OUTER_LEN, Seg6Encap, flow_key, flow_path
 from testbed.fabric.usid_plan import GATEWAY_LL, FabricPlan, Path
 
 SEG6_MODES: tuple[str, ...] = ('encap', 'encap.red')
@@ -40,10 +41,16 @@ class _RouteEntry:
     selector: tuple[tuple[str, object], ...]
 
 
-def _add_routes(pid: int, entries: list[_RouteEntry], mode: str) -> None:
+def _add_routes(pid: int, entries: list[_RouteEntry], mode: str,
+                encap: Seg6Encap | None = None, mtu: int = 0) -> None:
     """Routes, then the rules that select them. pyroute2 (in-process, ~1 ms)
     knows seg6 modes `encap` and `inline` only; other modes go through
-    iproute2."""
+    iproute2. With `encap` (a kernel without seg6 routes) each route is a
+    plain one whose MTU leaves room for the carrier on links of `mtu` bytes,
+    and the carrier goes into encap's map, keyed as the rule selects."""
+    if encap is not None:
+        _add_encap_routes(pid, entries, mode, encap, mtu)
+        return
     if mode != 'encap':
         for e in entries:
             if e.carrier is not None:
@@ -65,7 +72,35 @@ def _add_routes(pid: int, entries: list[_RouteEntry], mode: str) -> None:
                      table=e.table, **dict(e.selector))
 
 
-def _del_routes(pid: int, entries: list[_RouteEntry]) -> None:
+def _add_encap_routes(pid: int, entries: list[_RouteEntry], mode: str,
+                      encap: Seg6Encap, mtu: int) -> None:
+    with inside(pid), IPRoute() as ipr:
+        for e in entries:
+            idx = ipr.link_lookup(ifname=e.intf)[0]
+            metrics = {'mtu': mtu - OUTER_LEN[mode]} if e.carrier is not None else {}
+            ipr.route('add', dst=e.peer + '/128', table=e.table, oif=idx,
+                      prefsrc=e.local, gateway=GATEWAY_LL, metrics=metrics)
+            if e.carrier is not None:
+                encap.add(_encap_key(e), flow_path(e.carrier, mode))
+            ipr.rule('add', family=socket.AF_INET6, priority=RULE_PRIORITY,
+                     table=e.table, **dict(e.selector))
+
+
+def _encap_key(e: _RouteEntry) -> bytes:
+    rule = dict(e.selector)
+
+    def port(name: str) -> int | None:
+        given = rule.get(name + '_range')
+        return int(str(given).split(':')[0]) if given else None
+    return flow_key(rule.get('src'), rule.get('dst'), port('sport'), port('dport'))  # type: ignore[arg-type]
+
+
+def _del_routes(pid: int, entries: list[_RouteEntry],
+                encap: Seg6Encap | None = None) -> None:
+    if encap is not None:
+        for e in entries:
+            if e.carrier is not None:
+                encap.remove(_encap_key(e))
     with inside(pid), IPRoute() as ipr:
         for e in entries:
             _ignore_missing(ipr.rule, 'del', family=socket.AF_INET6,

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from testbed.fabric import host_decap
 from testbed.fabric.netns import inside
 from testbed.fabric.usid_plan import FabricPlan, Path
 from testbed.kernel.mptcp import _MptcpHost
@@ -52,6 +53,7 @@ from testbed.kernel.routes import (SEG6_MODES, TABLE_BASE, TABLES_PER_FLOW,
                                    KernelTransportError, _add_routes,
                                    _del_routes, _RouteEntry, _selector,
                                    mirror)
+from testbed.kernel.seg6_encap import Seg6Encap
 from testbed.kernel.sockinfo import (IPPROTO_MPTCP, TCP_CONGESTION,
                                      SubflowStats, mptcp_counters,
                                      mptcp_subflows, tcp_info)
@@ -69,6 +71,8 @@ class Fabric(Protocol):
     """What we need of a FabricNet."""
     plan: FabricPlan
     net: object | None
+    decap: str          # testbed.fabric.host_decap: who does SRv6 at the hosts
+    mtu: int
 
     def host_pid(self, host: str) -> int: ...
 
@@ -240,6 +244,11 @@ class KernelTransports:
         self.flows: list[FlowHandle] = []
         self._io: dict[int, _FlowIO] = {}
         self._mptcp_hosts: dict[str, _MptcpHost] = {}
+        # Where the hosts' kernel has no seg6 routes (the fabric decapsulates
+        # with eBPF for the same reason), eBPF puts the carriers on: loaded
+        # with the first flow that needs one.
+        self._needs_ebpf_encap = fab.decap == host_decap.EBPF and not routed
+        self._encap: Seg6Encap | None = None
 
     def __enter__(self) -> 'KernelTransports':
         return self
@@ -309,6 +318,14 @@ class KernelTransports:
                                        "paths' planes")
         if initial_plane is not None and initial_plane not in self.plan.planes:
             raise KernelTransportError('no plane %r' % initial_plane)
+
+    def _seg6_encap(self) -> Seg6Encap | None:
+        if self._needs_ebpf_encap and self._encap is None:
+            self._encap = Seg6Encap({
+                '/proc/%d/ns/net' % self._pid(host):
+                [self.plan.host_ports[(host, p)].intf for p in self.plan.planes]
+                for host in self.plan.hosts})
+        return self._encap
 
     def _pid(self, host: str) -> int:
         if self.fab.net is None:
@@ -418,7 +435,8 @@ class KernelTransports:
             self._mptcp_routes(h)
         for host, host_entries in entries.items():
             io.routes[host] = host_entries
-            _add_routes(self._pid(host), host_entries, self.seg6_mode)
+            _add_routes(self._pid(host), host_entries, self.seg6_mode,
+                        self._seg6_encap(), self.fab.mtu)
 
     def _tcp_routes(self, h: FlowHandle) -> dict[str, list[_RouteEntry]]:
         """Both directions of the exact 5-tuple, over the chosen path."""
@@ -602,7 +620,7 @@ class KernelTransports:
                 sock.close()
         for host, entries in io.routes.items():
             if self.fab.net is not None:   # else the namespace died with it
-                _del_routes(self.fab.host_pid(host), entries)
+                _del_routes(self.fab.host_pid(host), entries, self._encap)
         io.routes.clear()
 
     # ---------------------------------------------------- totals
@@ -647,3 +665,6 @@ class KernelTransports:
         self._mptcp_hosts.clear()
         self.selector.close()
         self.selector = selectors.DefaultSelector()
+        if self._encap is not None:
+            self._encap.close()
+            self._encap = None
