@@ -129,6 +129,32 @@ def raise_pmd_threads(vswitchd_pid: int) -> list[int]:
     return raised
 
 
+def raise_autogroup(pid: int) -> int | None:
+    """The autogroup of process `pid` (its session's, module docstring) at
+    FORWARDING_NICE; the nice it had, None where the kernel has no autogroups or
+    refused."""
+    path = '/proc/%d/autogroup' % pid
+    try:
+        with open(path) as f:
+            before = int(f.read().split()[-1])      # "/autogroup-5 nice 0"
+        with open(path, 'w') as f:
+            f.write(str(FORWARDING_NICE))
+    except (OSError, ValueError, IndexError):
+        return None
+    return before
+
+
+def restore_autogroup(pid: int, nice: int | None) -> None:
+    """Undo raise_autogroup(); nothing if it raised nothing or the process is gone."""
+    if nice is None:
+        return
+    try:
+        with open('/proc/%d/autogroup' % pid, 'w') as f:
+            f.write(str(nice))
+    except OSError:
+        pass
+
+
 def lower_pmd_threads(vswitchd_pid: int, raised: list[int]) -> None:
     """The threads raise_pmd_threads() raised back at ovs-vswitchd's own priority."""
     try:

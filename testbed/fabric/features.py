@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from functools import cache
 
+from testbed.fabric import host_decap
 from testbed.fabric.bpf_maps import bpf_syscall_number
 
 
@@ -197,10 +198,13 @@ def all_features() -> list[Feature]:
                 "the default fat-tree's %d ports, %.1f GB available now"
                 % (DEFAULT_FABRIC_PORTS * AFXDP_PORT_BYTES / 1e9, DEFAULT_FABRIC_PORTS,
                    memory_available() / 1e9), 'system ports only; afxdp=1 is refused'),
-        Feature('SRv6 seg6', _sysctl_exists('net.ipv6.conf.all.seg6_enabled'),
-                'seg6 encap and End.DT6 decap', 'no fabric: hosts cannot '
-                'decapsulate'),
-        Feature('SRv6 seg6local NEXT-C-SID', _next_csid(),
+        Feature('SRv6 seg6 routes', host_decap.kernel_seg6local(),
+                'seg6local End.DT6 and seg6 encap: the kernel decapsulates at the '
+                'hosts and carries kernel TCP and MPTCP into the carriers',
+                'the kernel has no seg6local (CONFIG_IPV6_SEG6_LWTUNNEL): eBPF '
+                'does both on the host ports (docs/host-decap.md; the BPF lines '
+                'below must be yes), and the CLI cannot add seg6 routes by hand'),
+        Feature('SRv6 seg6local NEXT-C-SID', host_decap.kernel_seg6local() and _next_csid(),
                 'iproute2 knows "flavors next-csid"', 'switch uSID shifting is '
                 'done in OVS flows, so only host-side NEXT-C-SID is missing'),
         Feature(NETEM, netem_available(),

@@ -12,7 +12,7 @@
  *     Segment Routing Header (RFC 8754, routing type 4) whose segments are all visited
  *     (segments left 0; End.DT6 drops the others and so do we), and its destination is a
  *     spent uSID carrier: the 32-bit block and this port's 16-bit uSID, then zeros. Every
- *     switch on the path shifted its own uSID out (docs/srv6-usid.md), so a carrier that
+ *     switch on the path shifted its own uSID out (README.md, "How it works"), so a carrier that
  *     reaches a host port with more uSIDs in it was misrouted: it is left alone, as the
  *     kernel leaves a packet no SID route matches;
  *   - the outer header (and SRH) is removed; the inner packet goes on up the stack, which

@@ -18,11 +18,10 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from testbed import checkout
 from testbed.fabric import switch_port
 
 SOURCE = Path(__file__).with_name('host_decap.c')
-BUILD_DIR = checkout.build_dir() / 'bpf'
+BUILD_DIR = switch_port.BUILD_DIR
 KERNEL, EBPF, AUTO = 'kernel', 'ebpf', 'auto'
 HOST_DECAP_MODES = (AUTO, KERNEL, EBPF)
 # The ingress filter's place; nothing else of ours filters a host port's ingress.

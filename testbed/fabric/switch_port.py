@@ -100,7 +100,7 @@ class SwitchPortError(RuntimeError):
 # --------------------------------------------------------------------------
 
 
-def _run(cmd: list[str], *, stdin: str | None = None, check: bool = True) -> str:
+def run_tool(cmd: list[str], *, stdin: str | None = None, check: bool = True) -> str:
     result = subprocess.run(cmd, input=stdin, capture_output=True, text=True,
                             timeout=COMMAND_TIMEOUT_S)
     if check and result.returncode:
@@ -154,7 +154,7 @@ def bpftool() -> str | None:
     return None
 
 
-def _need(tool: str | None, name: str) -> str:
+def need_tool(tool: str | None, name: str) -> str:
     if tool is None:
         raise SwitchPortError('%s not found: run scripts/setup.sh' % name)
     return tool
@@ -256,7 +256,7 @@ def build_object(source: Path, args: list[str], build_dir: Path) -> Path:
     build_dir.mkdir(parents=True, exist_ok=True)
     tmp = obj.with_name('%s.%d.tmp' % (obj.name, os.getpid()))
     try:
-        _run([_need(clang(), 'clang'), *args, '-c', str(source), '-o', str(tmp)])
+        run_tool([need_tool(clang(), 'clang'), *args, '-c', str(source), '-o', str(tmp)])
         os.replace(tmp, obj)       # atomic: a concurrent build never sees half an object
     finally:
         tmp.unlink(missing_ok=True)
@@ -407,7 +407,7 @@ class SwitchPortProgram:
             raise SwitchPortError('%s exists: another run uses this tag, or a killed one left '
                                   'it (mrc-testbed clean removes it)' % self.pin_dir) from None
         try:
-            _run([_need(bpftool(), 'bpftool'), 'prog', 'load', str(self.obj), str(self.prog_pin),
+            run_tool([need_tool(bpftool(), 'bpftool'), 'prog', 'load', str(self.obj), str(self.prog_pin),
                   'type', 'classifier', 'pinmaps', str(self.pin_dir / 'maps')])
         except BaseException:
             shutil.rmtree(self.pin_dir, ignore_errors=True)
@@ -418,11 +418,11 @@ class SwitchPortProgram:
         return json.loads(self._bpftool('prog', 'show', 'pinned', str(self.prog_pin)))['id']
 
     def _bpftool(self, *args: str) -> str:
-        return _run([_need(bpftool(), 'bpftool'), '-j', *args])
+        return run_tool([need_tool(bpftool(), 'bpftool'), '-j', *args])
 
     def _bpftool_batch(self, commands: list[str]) -> None:
         if commands:
-            _run([_need(bpftool(), 'bpftool'), 'batch', 'file', '-'],
+            run_tool([need_tool(bpftool(), 'bpftool'), 'batch', 'file', '-'],
                  stdin='\n'.join(commands) + '\n')
 
     def _map_update(self, name: str, ifindex: int, value: bytes) -> str:
@@ -448,7 +448,7 @@ class SwitchPortProgram:
             self._map_update(STATE_MAP, port.ifindex, pack_state()),
             self._map_update(CONFIG_MAP, port.ifindex, port.config.pack()))])
         self._ports.update((port.intf, port) for port in ports)
-        _tc_batch(netns, [line for port in ports for line in (
+        tc_batch(netns, [line for port in ports for line in (
             *(['qdisc add dev %s clsact' % port.intf] if port.added_clsact else []),
             'filter replace dev %s egress pref %s handle %s bpf da pinned %s' % (
                 port.intf, TC_PREF, TC_HANDLE, self.prog_pin))])
@@ -567,10 +567,10 @@ class SwitchPortProgram:
 # -- tc and netlink helpers ---------------------------------------------------
 
 
-def _tc_batch(netns: str | None, commands: list[str], *, force: bool = False) -> str:
+def tc_batch(netns: str | None, commands: list[str], *, force: bool = False) -> str:
     if not commands:
         return ''
-    return _run(_in_netns(netns, ['tc', *(['-force'] if force else []), '-batch', '-']),
+    return run_tool(_in_netns(netns, ['tc', *(['-force'] if force else []), '-batch', '-']),
                 stdin='\n'.join(commands) + '\n', check=not force)
 
 
@@ -602,10 +602,10 @@ def _detach_filters(netns: str | None, ports: list[_Port]) -> None:
         return
     with nl:
         alive = [p for p in ports if nl.link_lookup(ifname=p.intf) == [p.ifindex]]
-        _tc_batch(netns, ['filter del dev %s egress pref %s handle %s bpf' % (
+        tc_batch(netns, ['filter del dev %s egress pref %s handle %s bpf' % (
             p.intf, TC_PREF, TC_HANDLE) for p in alive], force=True)
         empty = [p for p in alive if p.added_clsact and _clsact_empty(nl, p.ifindex)]
-    _tc_batch(netns, ['qdisc del dev %s clsact' % p.intf for p in empty], force=True)
+    tc_batch(netns, ['qdisc del dev %s clsact' % p.intf for p in empty], force=True)
 
 
 def ensure_bpffs() -> None:
@@ -613,7 +613,7 @@ def ensure_bpffs() -> None:
     with open('/proc/mounts') as mounts:
         if any(line.split()[1:3] == [str(BPFFS), 'bpf'] for line in mounts):
             return
-    _run(['mount', '-t', 'bpf', 'bpf', str(BPFFS)])
+    run_tool(['mount', '-t', 'bpf', 'bpf', str(BPFFS)])
 
 
 # --------------------------------------------------------------------------
@@ -666,8 +666,8 @@ def setup_priority_htb_many(intfs: Iterable[str], rate_bps: int, *,
     another HTB in place), then the priority layout is added."""
     intfs = list(intfs)
     minor = HTB_DATA.split(':')[1]
-    _tc_batch(netns, ['qdisc del dev %s root' % intf for intf in intfs], force=True)
-    _tc_batch(netns, [line for intf in intfs for line in (
+    tc_batch(netns, ['qdisc del dev %s root' % intf for intf in intfs], force=True)
+    tc_batch(netns, [line for intf in intfs for line in (
         'qdisc add dev %s root handle %s htb default %s' % (intf, HTB_ROOT, minor),
         *_htb_class_commands('add', intf, rate_bps, burst_bytes, quantum_bytes))])
     return CONTROL_PRIORITY
@@ -678,12 +678,12 @@ def set_priority_htb_rate(intf: str, rate_bps: int, *, netns: str | None = None,
                           quantum_bytes: int = HTB_QUANTUM) -> None:
     """Change all three classes to a new link rate (class 5:1 alone would leave the
     control class's own rate above the link)."""
-    _tc_batch(netns, _htb_class_commands('change', intf, rate_bps, burst_bytes,
+    tc_batch(netns, _htb_class_commands('change', intf, rate_bps, burst_bytes,
                                          quantum_bytes))
 
 
 def remove_priority_htb(intf: str, *, netns: str | None = None) -> None:
-    _tc_batch(netns, ['qdisc del dev %s root' % intf])
+    tc_batch(netns, ['qdisc del dev %s root' % intf])
 
 
 _HTB_CLASS = re.compile(r'^class htb (\S+) .*?\n\s*Sent (\d+) bytes (\d+) pkt \(dropped (\d+)'
@@ -693,7 +693,7 @@ _HTB_CLASS = re.compile(r'^class htb (\S+) .*?\n\s*Sent (\d+) bytes (\d+) pkt \(
 def htb_class_stats(intf: str, *, netns: str | None = None) -> dict[str, dict[str, int]]:
     """class id -> bytes, packets, dropped, queued (packets), from `tc -s class show`
     (iproute2 6.1 prints HTB classes as text even with -j)."""
-    out = _run(_in_netns(netns, ['tc', '-s', 'class', 'show', 'dev', intf]))
+    out = run_tool(_in_netns(netns, ['tc', '-s', 'class', 'show', 'dev', intf]))
     blocks = re.split(r'\n(?=class )', out)
     stats = {}
     for block in blocks:
@@ -722,13 +722,13 @@ def our_tc_filters() -> list[tuple[str, int, int]]:
     if tool is None:
         return []
     names = {prog['id']: prog.get('name') for prog in
-             json.loads(_run([tool, '-j', 'prog', 'show'], check=False) or '[]')}
+             json.loads(run_tool([tool, '-j', 'prog', 'show'], check=False) or '[]')}
     devices = {entry['devname'] for net in json.loads(
-        _run([tool, '-j', 'net', 'show'], check=False) or '[]')
+        run_tool([tool, '-j', 'net', 'show'], check=False) or '[]')
         for entry in net.get('tc', []) if names.get(entry.get('id')) == PROG_NAME}
     found = []
     for dev in sorted(devices):      # we attach on egress only
-        out = _run(['tc', '-j', 'filter', 'show', 'dev', dev, 'egress'], check=False)
+        out = run_tool(['tc', '-j', 'filter', 'show', 'dev', dev, 'egress'], check=False)
         for entry in json.loads(out or '[]'):
             prog = entry.get('options', {}).get('prog', {})
             if prog.get('name') == PROG_NAME:
@@ -740,7 +740,7 @@ def clean_pins() -> int:
     """Remove every filter of ours in this namespace and every pin dir of ours; returns
     how many pin dirs there were. For runs that died before unload()."""
     for dev, pref, handle in our_tc_filters():
-        _run(['tc', 'filter', 'del', 'dev', dev, 'egress', 'pref', str(pref), 'handle',
+        run_tool(['tc', 'filter', 'del', 'dev', dev, 'egress', 'pref', str(pref), 'handle',
               str(handle), 'bpf'], check=False)
     dirs = leftover_pin_dirs()
     for path in dirs:

@@ -17,13 +17,11 @@ import struct
 from collections.abc import Mapping
 from pathlib import Path
 
-from testbed import checkout
 from testbed.fabric import switch_port
 from testbed.fabric.bpf_maps import PinnedMap
 
 SOURCE = Path(__file__).with_name('seg6_encap.c')
-BUILD_DIR = checkout.build_dir() / 'bpf'
-PROG_NAME = 'mrc_seg6_encap'
+BUILD_DIR = switch_port.BUILD_DIR
 MAP_NAME = 'flows'
 # Bytes the carrier adds: an outer IPv6 header, and in mode `encap` an SRH of one segment.
 OUTER_LEN = {'encap': 40 + 24, 'encap.red': 40}
@@ -80,12 +78,13 @@ class Seg6Encap:
         switch_port.ensure_bpffs()
         self.pin_dir.mkdir(mode=0o700)
         try:
-            switch_port._run([switch_port._need(switch_port.bpftool(), 'bpftool'), 'prog',
-                              'load', str(build()), str(self.pin_dir / 'prog'), 'type',
-                              'classifier', 'pinmaps', str(self.pin_dir / 'maps')])
+            bpftool = switch_port.need_tool(switch_port.bpftool(), 'bpftool')
+            switch_port.run_tool([bpftool, 'prog', 'load', str(build()),
+                                  str(self.pin_dir / 'prog'), 'type', 'classifier',
+                                  'pinmaps', str(self.pin_dir / 'maps')])
             self._map = PinnedMap(str(self.pin_dir / 'maps' / MAP_NAME))
             for netns, intfs in self.ports.items():
-                switch_port._tc_batch(netns, [line for intf in intfs for line in (
+                switch_port.tc_batch(netns, [line for intf in intfs for line in (
                     'qdisc replace dev %s clsact' % intf,    # keeps the decap's filter
                     'filter add dev %s egress pref %d handle %d bpf da pinned %s' % (
                         intf, TC_PREF, TC_HANDLE, self.pin_dir / 'prog'))])
@@ -107,7 +106,7 @@ class Seg6Encap:
         ports, self.ports = self.ports, {}
         for netns, intfs in ports.items():
             if os.path.exists(netns):
-                switch_port._tc_batch(netns, [
+                switch_port.tc_batch(netns, [
                     'filter del dev %s egress pref %d handle %d bpf' % (intf, TC_PREF, TC_HANDLE)
                     for intf in intfs], force=True)
         if self._map is not None:

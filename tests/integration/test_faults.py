@@ -103,6 +103,16 @@ def run(argv: list[str], pid: int | None = None) -> str:
                           check=True).stdout
 
 
+def no_fault_on_tc(intf: str, pid: int | None) -> bool:
+    """No filter on the port's egress (where a gray loss's goes) and no clsact
+    qdisc, but the one a host port's eBPF decapsulation sits on, on its
+    ingress (docs/host-decap.md), which was there before any fault."""
+    if run(['tc', 'filter', 'show', 'dev', intf, 'egress'], pid).strip():
+        return False
+    return 'clsact' not in run(['tc', 'qdisc', 'show', 'dev', intf], pid) or \
+        'mrc_host_decap' in run(['tc', 'filter', 'show', 'dev', intf, 'ingress'], pid)
+
+
 def admin_up(intf: str) -> bool:
     with open('/sys/class/net/%s/flags' % intf) as f:
         return bool(int(f.read(), 16) & IFF_UP)
@@ -205,9 +215,8 @@ def test_gray_failure_drops_the_share_asked_on_its_paths_only(rig, a, b):
     r.inj.gray_clear(a, b)
     assert r.failing() == set()
     assert r.loss(r.paths) == 0
-    for end in r.inj._link(a, b).ends:    # nothing of ours left on tc
-        assert 'clsact' not in run(['tc', 'qdisc', 'show', 'dev', end.intf],
-                                   end.pid)
+    for end in r.inj._link(a, b).ends:    # nothing of the fault's left on tc
+        assert no_fault_on_tc(end.intf, end.pid)
 
 
 def test_gray_failure_nft_recipe_makes_tables_and_removes_them(rig):
@@ -353,7 +362,8 @@ def test_restore_all_undoes_everything_still_applied(rig):
     assert r.loss(r.paths) == 0          # no gray loss left
     assert our_nft_tables() == []
     assert run(['tc', 'qdisc', 'show']) == qdisc_before
-    assert 'clsact' not in run(['tc', 'qdisc', 'show'], h1)
+    for plane in (1, 2):
+        assert no_fault_on_tc('h1-p%d' % plane, h1)
     assert r.inj.restore_all()['detail'] == 'nothing to restore'
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testbed.fabric import ovs
 from testbed.fabric.clean import leftovers
@@ -125,10 +126,23 @@ def test_clean_removes_our_bridges_when_ovs_vswitchd_was_left_stopped():
                         'mrcclean0'], timeout=30)
 
 
+def long_quick_scenario(tmp_path: Path) -> Path:
+    """The default scenario whose --quick workload lasts 4x its own (~2.5 s;
+    still within its duration_s): two `mrc-testbed clean` processes must
+    start and act while it runs, each a second or so of Python start-up on a
+    busy machine, which the original's ~1.5 s left after the first progress
+    line did not always cover."""
+    scenario = yaml.safe_load((REPO / 'scenarios/link_failure_allreduce.yaml').read_text())
+    scenario['quick']['workload']['iterations'] *= 4
+    path = tmp_path / 'long_quick.yaml'
+    path.write_text(yaml.safe_dump(scenario))
+    return path
+
+
 def test_clean_refuses_a_live_fabric_and_force_removes_it(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, '-m', 'testbed.cli', 'run',
-         'scenarios/link_failure_allreduce.yaml', '--quick',
+         str(long_quick_scenario(tmp_path)), '--quick',
          '--transport', 'mrc', '--out', str(tmp_path)], cwd=REPO,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=default_sigint)

@@ -1,5 +1,6 @@
 """Stock Mininet's `mn`, run as the README says, forwards: plumbed hosts,
-uSID tables from `--controller mrc`, an SRv6 ping on every plane."""
+uSID tables from `--controller mrc`, a carrier probe on every plane and, on
+a kernel with seg6 routes, an SRv6 ping (docs/host-decap.md)."""
 import os
 import re
 import subprocess
@@ -9,6 +10,8 @@ from pathlib import Path
 import pexpect
 
 from testbed.fabric.clean import our_processes
+from testbed.fabric.host_decap import kernel_seg6local
+from testbed.fabric.probe import PathProber
 from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
@@ -55,6 +58,12 @@ def srv6_route(host, peer, path, plan):
             % (host, dst.address, path.carrier, port))
 
 
+def host_pid(child, host):
+    """A process in the host's namespace: its shell."""
+    return int(re.search(r'^(\d+)\s*$', command(child, '%s echo $$' % host),
+                         re.M).group(1))
+
+
 def ping_until_answered(child, src, address):
     for _ in range(PING_TRIES):
         out = command(child, '%s ping6 -c 1 -W %d %s' % (src, PING_WAIT_S,
@@ -77,11 +86,21 @@ def test_stock_mn_forwards_srv6_on_every_plane():
         controllers = [cmd for cmd in our_processes().values()
                        if '-m testbed.controller --topo ' + SPEC in cmd]
         assert len(controllers) == 1, controllers
+        pids = {h: host_pid(child, h) for h in ('h1', 'h16')}
         for plane in plan.planes:
             # h1 (pod 0) and h16 (pod 3): across a core switch of the plane
             there = plan.paths('h1', 'h16', plane)[0]
             back = plan.paths('h16', 'h1', plane)[-1]
             assert len(there.switches) == 5
+            # Each way, the endpoints' own packets: a raw IPv6-in-IPv6
+            # socket sends, the receiving host's decapsulation delivers.
+            prober = PathProber(plan, pids)
+            try:
+                assert prober.probe([there, back]).ok == {0, 1}, plane
+            finally:
+                prober.close()
+            if not kernel_seg6local():
+                continue      # no seg6 routes by hand on this kernel
             command(child, srv6_route('h1', 'h16', there, plan))
             command(child, srv6_route('h16', 'h1', back, plan))
             address = plan.host_ports[('h16', plane)].address

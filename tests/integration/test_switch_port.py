@@ -3,7 +3,7 @@
 Sender namespace A: the MRC endpoint's send path (a protocol-41 raw socket; the kernel adds
 the outer IPv6 header, DA = an SRv6 carrier), then the port under test, mrcspa0, with the
 priority HTB and the program on clsact egress. Receiver namespace B: End.DT6 decapsulation
-of the carrier's /48 into the local table, and a UDP socket on port 4791 reading the inner
+of the carrier's /48 into the local table (host_decap.c on a kernel without it), and a UDP socket on port 4791 reading the inner
 traffic class (IPV6_RECVTCLASS), as the endpoint's receiver does.
 
 The bounds in these tests come from the mechanisms, with the send phase's measured duration
@@ -27,6 +27,8 @@ from typing import Iterator
 
 import pytest
 
+from testbed.fabric import host_decap
+from testbed.fabric.host_decap import kernel_seg6local
 from testbed.fabric import switch_port as sp
 from testbed.fabric.run_lock import RunLock
 from testbed.nic import wire
@@ -97,8 +99,12 @@ def link():
         sh('ip', '-6', 'neigh', 'replace', ADDR_B, 'lladdr', mac_b, 'dev', DEV_A,
            'nud', 'permanent', ns=A)
         sh('ip', '-6', 'route', 'add', 'fc00::/16', 'via', ADDR_B, 'dev', DEV_A, ns=A)
-        sh('ip', '-6', 'route', 'add', CARRIER_PREFIX, 'encap', 'seg6local', 'action',
-           'End.DT6', 'table', '255', 'dev', DEV_B, ns=B)
+        if kernel_seg6local():
+            sh('ip', '-6', 'route', 'add', CARRIER_PREFIX, 'encap', 'seg6local', 'action',
+               'End.DT6', 'table', '255', 'dev', DEV_B, ns=B)
+        else:           # as a fabric's hosts decapsulate there (docs/host-decap.md)
+            for command in host_decap.attach_commands(DEV_B, host_decap.build()):
+                sh('tc', *command.split(), ns=B)
         yield
     finally:
         for ns in (A, B):
@@ -192,7 +198,8 @@ def frame_len(mrc: bytes) -> int:
 
 
 def test_end_dt6_decap_drops_outer_ce(ends):
-    """The fact switch_port.c's inner marking rests on: this kernel's End.DT6 delivers the
+    """The fact switch_port.c's inner marking rests on: this kernel's End.DT6 (or, on a
+    kernel without it, host_decap.c, which does as End.DT6 does) delivers the
     inner traffic class as it was, outer CE or not. Should it start propagating CE
     (RFC 6040), marking the inner header becomes redundant, not wrong."""
     sender, receiver = ends
