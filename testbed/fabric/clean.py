@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from testbed.fabric import ovs, switch_port
+from testbed.fabric import cpu_placement, ovs, switch_port
 from testbed.fabric.features import ovs_datapath
 from testbed.fabric.packet_capture import TCPDUMP_MARK
 
@@ -129,6 +129,8 @@ def clean() -> dict[str, int]:
                        capture_output=True)
     removed['nft_tables'] = len(tables)
     workdirs = glob.glob(WORKDIR_GLOB)
+    # What a killed afxdp=1 fabric raised (testbed.fabric.cpu_placement), recorded there.
+    removed['autogroups'] = cpu_placement.restore_recorded_autogroups(workdirs)
     for path in workdirs:
         shutil.rmtree(path, ignore_errors=True)
     removed['workdirs'] = len(workdirs)

@@ -27,6 +27,23 @@ busy loop on its core waited 7.7 % of the time in waits of 0.28 ms or more at ni
 0.1 % at nice -20 (weights 88761 : 1024). At -20 the PMD thread also stays ahead of
 ovs-vswitchd's own other threads (-10), which may run on its core.
 
+Nice ranks threads within one autogroup only. Where the kernel groups tasks by session
+(CONFIG_SCHED_AUTOGROUP, sched_autogroup_enabled=1, tasks outside any cpu cgroup: this
+machine's kind), ovs-vswitchd is a daemon with a session, so an autogroup, of its own, and
+a busy process of another session weighs as much as all of ovs-vswitchd whatever the PMD
+thread's nice: the CI run that failed this way had the PMD thread wait 17 % of the run. So
+the fabric also raises the autogroups of ovs-vswitchd's session and of its own (the
+endpoint loop's) to FORWARDING_NICE, recorded in its workdir and put back at teardown
+(`mrc-testbed clean` puts back what a killed run left). Measured (default scenario --quick,
+MRC, share of the run in waits of 0.28 ms or more, endpoint loop / PMD thread), beside a
+busy loop started with setsid and pinned to one core:
+  on the PMD thread's core       before 2.8 % / 35 % NOT TRUSTED;   after 0.9 % / 0.7 %
+  on the endpoint loop's core    before 26 % / 1.1 % NOT TRUSTED;   after 1.3 % / 1.1 %
+and beside one in the run's own session, unpinned: before 1.0-1.9 % / 0.8-1.1 %, after
+2.8-3.8 % / 3.5-4.1 % (four runs), all trusted. On machines whose sessions sit in cpu
+cgroups (cgroup v2 with the cpu controller) autogroups do not apply; the cgroups' weights
+decide, and the health gate reports what the threads waited.
+
 The PMD thread is OVS's: raise_pmd_threads() raises it once the ports exist, and
 lower_pmd_threads() puts it back at teardown; a killed run leaves nothing either, as OVS
 ends its PMD threads when `clean` has removed the ports they poll.
@@ -42,11 +59,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 FORWARDING_NICE = -20       # the highest priority of ordinary scheduling (module docstring)
 ENDPOINT_NICE = FORWARDING_NICE
 # OVS names the threads that poll AF_XDP switch ports `pmd-c<core>/id:<n>`.
 PMD_THREADS = 'pmd'
+# In a fabric's workdir, the nice an autogroup had before raise_autogroup(): pid in the name.
+AUTOGROUP_RECORD = 'autogroup-nice-%d'
 
 
 @dataclass(frozen=True)
@@ -129,30 +149,55 @@ def raise_pmd_threads(vswitchd_pid: int) -> list[int]:
     return raised
 
 
-def raise_autogroup(pid: int) -> int | None:
-    """The autogroup of process `pid` (its session's, module docstring) at
-    FORWARDING_NICE; the nice it had, None where the kernel has no autogroups or
-    refused."""
-    path = '/proc/%d/autogroup' % pid
+def raise_autogroup(pid: int, record_dir: Path) -> bool:
+    """The autogroup of process `pid` (its session's: module docstring) at
+    FORWARDING_NICE, the nice it had recorded in `record_dir` (a fabric's workdir, which
+    `mrc-testbed clean` reads before removing it); False where the kernel has no
+    autogroups or refused."""
+    record = record_dir / (AUTOGROUP_RECORD % pid)
     try:
-        with open(path) as f:
-            before = int(f.read().split()[-1])      # "/autogroup-5 nice 0"
-        with open(path, 'w') as f:
-            f.write(str(FORWARDING_NICE))
+        before = _autogroup_nice(pid)
+        if not record.exists():     # raised twice: the first record holds the original
+            record.write_text(str(before))
+        _set_autogroup_nice(pid, FORWARDING_NICE)
     except (OSError, ValueError, IndexError):
-        return None
-    return before
+        return False
+    return True
 
 
-def restore_autogroup(pid: int, nice: int | None) -> None:
-    """Undo raise_autogroup(); nothing if it raised nothing or the process is gone."""
-    if nice is None:
+def restore_autogroup(pid: int, record_dir: Path) -> None:
+    """Undo raise_autogroup() as recorded; nothing if it raised nothing or `pid` is gone."""
+    record = record_dir / (AUTOGROUP_RECORD % pid)
+    try:
+        nice = int(record.read_text())
+    except (OSError, ValueError):
         return
     try:
-        with open('/proc/%d/autogroup' % pid, 'w') as f:
-            f.write(str(nice))
+        _set_autogroup_nice(pid, nice)
     except OSError:
-        pass
+        pass                          # gone, and its session's autogroup with it
+    record.unlink(missing_ok=True)
+
+
+def restore_recorded_autogroups(record_dirs: list[str]) -> int:
+    """For `clean`: every autogroup a killed run left raised, back as recorded."""
+    restored = 0
+    for record_dir in record_dirs:
+        for record in Path(record_dir).glob(AUTOGROUP_RECORD.replace('%d', '*')):
+            pid = int(record.name.rsplit('-', 1)[1])
+            restore_autogroup(pid, Path(record_dir))
+            restored += 1
+    return restored
+
+
+def _autogroup_nice(pid: int) -> int:
+    with open('/proc/%d/autogroup' % pid) as f:
+        return int(f.read().split()[-1])      # "/autogroup-5 nice 0"
+
+
+def _set_autogroup_nice(pid: int, nice: int) -> None:
+    with open('/proc/%d/autogroup' % pid, 'w') as f:
+        f.write(str(nice))
 
 
 def lower_pmd_threads(vswitchd_pid: int, raised: list[int]) -> None:

@@ -246,13 +246,19 @@ class FabricNet:
             ovs.set_for_fabric('pmd-cpu-mask', self.placement.pmd_cpu_mask)
 
     def _raise_pmd(self) -> None:
-        """The PMD thread, now polling the ports, above ordinary work on its core
-        (cpu_placement says why); back at ovs-vswitchd's priority at teardown."""
+        """The PMD thread, now polling the ports, above ordinary work on its core,
+        and the autogroups of ovs-vswitchd's session and of ours (the endpoint
+        loop's) above other sessions' (cpu_placement says why); all back as they
+        were at teardown."""
         vswitchd = ovs.vswitchd_pid()
         if self.placement is None or vswitchd is None:
             return
+        assert self.workdir is not None
         raised = cpu_placement.raise_pmd_threads(vswitchd)
         self.add_cleanup(partial(cpu_placement.lower_pmd_threads, vswitchd, raised))
+        for pid in (vswitchd, os.getpid()):
+            if cpu_placement.raise_autogroup(pid, self.workdir):
+                self.add_cleanup(partial(cpu_placement.restore_autogroup, pid, self.workdir))
 
     def _raise_tx_buffer(self) -> None:
         """The userspace datapath's one transmit socket must hold what every

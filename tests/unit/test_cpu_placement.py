@@ -1,5 +1,6 @@
 """Where the PMD thread and the endpoint loop run (testbed.fabric.cpu_placement)."""
 import os
+import subprocess
 import threading
 
 import pytest
@@ -65,3 +66,45 @@ def test_pmd_threads_are_raised_and_lowered_back_and_nothing_else_is():
         cpu_placement.lower_pmd_threads(os.getpid(), raised)
         assert os.getpriority(os.PRIO_PROCESS, pmd) == own
     cpu_placement.lower_pmd_threads(os.getpid(), raised)   # it has ended: nothing to do
+
+
+needs_autogroups = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists('/proc/self/autogroup'),
+    reason='a kernel with autogroups (CONFIG_SCHED_AUTOGROUP), and root to raise one')
+
+
+@pytest.fixture
+def own_session():
+    """A process in a session, so an autogroup, of its own: as ovs-vswitchd is."""
+    child = subprocess.Popen(['sleep', '60'], start_new_session=True)
+    try:
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+@needs_autogroups
+def test_an_autogroup_is_raised_and_restored_as_recorded(own_session, tmp_path):
+    before = cpu_placement._autogroup_nice(own_session)
+    assert cpu_placement.raise_autogroup(own_session, tmp_path)
+    assert cpu_placement._autogroup_nice(own_session) == cpu_placement.FORWARDING_NICE
+    assert cpu_placement.raise_autogroup(own_session, tmp_path)  # twice: first record holds
+    cpu_placement.restore_autogroup(own_session, tmp_path)
+    assert cpu_placement._autogroup_nice(own_session) == before
+    assert list(tmp_path.iterdir()) == []                        # the record went too
+
+
+@needs_autogroups
+def test_clean_restores_what_a_killed_run_left_raised(own_session, tmp_path):
+    before = cpu_placement._autogroup_nice(own_session)
+    cpu_placement.raise_autogroup(own_session, tmp_path)       # then the run is killed
+    assert cpu_placement.restore_recorded_autogroups([str(tmp_path)]) == 1
+    assert cpu_placement._autogroup_nice(own_session) == before
+
+
+def test_nothing_is_raised_where_a_process_is_gone(tmp_path):
+    child = subprocess.Popen(['true'])
+    child.wait()
+    assert not cpu_placement.raise_autogroup(child.pid, tmp_path)
+    assert list(tmp_path.iterdir()) == []
