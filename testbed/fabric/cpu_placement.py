@@ -165,6 +165,14 @@ def raise_autogroup(pid: int, record_dir: Path) -> bool:
     return True
 
 
+def session_leader() -> int:
+    """A live process in this process's autogroup that outlives it: its session's leader
+    (a shell, mostly), so that a record naming it can still be put back after this
+    process was killed; this process where the leader is gone."""
+    leader = os.getsid(0)
+    return leader if os.path.exists('/proc/%d/autogroup' % leader) else os.getpid()
+
+
 def restore_autogroup(pid: int, record_dir: Path) -> None:
     """Undo raise_autogroup() as recorded; nothing if it raised nothing or `pid` is gone."""
     record = record_dir / (AUTOGROUP_RECORD % pid)

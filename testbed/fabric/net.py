@@ -256,7 +256,7 @@ class FabricNet:
         assert self.workdir is not None
         raised = cpu_placement.raise_pmd_threads(vswitchd)
         self.add_cleanup(partial(cpu_placement.lower_pmd_threads, vswitchd, raised))
-        for pid in (vswitchd, os.getpid()):
+        for pid in (vswitchd, cpu_placement.session_leader()):
             if cpu_placement.raise_autogroup(pid, self.workdir):
                 self.add_cleanup(partial(cpu_placement.restore_autogroup, pid, self.workdir))
 

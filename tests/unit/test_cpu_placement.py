@@ -108,3 +108,10 @@ def test_nothing_is_raised_where_a_process_is_gone(tmp_path):
     child.wait()
     assert not cpu_placement.raise_autogroup(child.pid, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@needs_autogroups
+def test_the_session_leader_shares_our_autogroup():
+    with open('/proc/%d/autogroup' % cpu_placement.session_leader()) as theirs, \
+            open('/proc/self/autogroup') as ours:
+        assert theirs.read().split()[0] == ours.read().split()[0]
