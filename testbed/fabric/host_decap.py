@@ -34,18 +34,11 @@ class HostDecapError(RuntimeError):
     """The decapsulation asked for cannot be set up here."""
 
 
-def _compile_args() -> list[str]:
-    include = switch_port.arch_include_dir()
-    if include is None:
-        raise HostDecapError('no asm/types.h: install linux-libc-dev (scripts/setup.sh)')
-    return [*switch_port.CFLAGS, '-I' + include]
-
-
 def build(build_dir: Path = BUILD_DIR) -> Path:
     """The compiled object (build/bpf/host_decap-<hash>.o), built now only if this source
     and flags were never built."""
     try:
-        return switch_port.build_object(SOURCE, _compile_args(), build_dir)
+        return switch_port.build_plain(SOURCE, build_dir)
     except switch_port.SwitchPortError as err:
         raise HostDecapError(str(err)) from err
 

@@ -247,6 +247,15 @@ def object_path_for(source: Path, args: list[str], build_dir: Path) -> Path:
     return build_dir / ('%s-%s.o' % (source.stem, digest.hexdigest()[:16]))
 
 
+def build_plain(source: Path, build_dir: Path = BUILD_DIR) -> Path:
+    """`source`, an eBPF program that needs no wire constants (the hosts' SRv6 ones, the
+    run-queue wait one), compiled with CFLAGS: built now only if never built."""
+    include = arch_include_dir()
+    if include is None:
+        raise SwitchPortError('no asm/types.h: install linux-libc-dev (scripts/setup.sh)')
+    return build_object(source, [*CFLAGS, '-I' + include], build_dir)
+
+
 def build_object(source: Path, args: list[str], build_dir: Path) -> Path:
     """`source` compiled by clang with `args`, built now only if never built; the objects
     of earlier versions of it removed (a loaded program needs no file)."""

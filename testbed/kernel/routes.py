@@ -87,12 +87,16 @@ def _add_encap_routes(pid: int, entries: list[_RouteEntry], mode: str,
 
 
 def _encap_key(e: _RouteEntry) -> bytes:
+    """The seg6_encap map key that matches what the entry's rule selects."""
     rule = dict(e.selector)
 
+    def given(name: str) -> str | None:
+        return str(rule[name]) if name in rule else None
+
     def port(name: str) -> int | None:
-        given = rule.get(name + '_range')
-        return int(str(given).split(':')[0]) if given else None
-    return flow_key(rule.get('src'), rule.get('dst'), port('sport'), port('dport'))  # type: ignore[arg-type]
+        value = given(name + '_range')             # 'N:N', one port
+        return int(value.split(':')[0]) if value else None
+    return flow_key(given('src'), given('dst'), port('sport'), port('dport'))
 
 
 def _del_routes(pid: int, entries: list[_RouteEntry],

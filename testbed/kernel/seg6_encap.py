@@ -37,17 +37,10 @@ class Seg6EncapError(RuntimeError):
     """The program could not be built, loaded or attached."""
 
 
-def _compile_args() -> list[str]:
-    include = switch_port.arch_include_dir()
-    if include is None:
-        raise Seg6EncapError('no asm/types.h: install linux-libc-dev (scripts/setup.sh)')
-    return [*switch_port.CFLAGS, '-I' + include]
-
-
 def build(build_dir: Path = BUILD_DIR) -> Path:
     """The compiled object (build/bpf/seg6_encap-<hash>.o), built now only if never built."""
     try:
-        return switch_port.build_object(SOURCE, _compile_args(), build_dir)
+        return switch_port.build_plain(SOURCE, build_dir)
     except switch_port.SwitchPortError as err:
         raise Seg6EncapError(str(err)) from err
 

@@ -62,18 +62,11 @@ def bucket_of(wait_s: float) -> int:
     return min(max(us, 1).bit_length() - 1, BUCKETS - 1)
 
 
-def _compile_args() -> list[str]:
-    include = switch_port.arch_include_dir()
-    if include is None:
-        raise RunQueueWaitsError('no asm/types.h: install linux-libc-dev (scripts/setup.sh)')
-    return [*switch_port.CFLAGS, '-I' + include]
-
-
 def build(build_dir: Path = BUILD_DIR) -> Path:
     """The compiled object (build/bpf/run_queue_waits-<hash>.o), built now only if this
     source and flags were never built."""
     try:
-        return switch_port.build_object(SOURCE, _compile_args(), build_dir)
+        return switch_port.build_plain(SOURCE, build_dir)
     except switch_port.SwitchPortError as err:
         raise RunQueueWaitsError(str(err)) from err
 

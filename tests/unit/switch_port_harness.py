@@ -10,7 +10,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from testbed.fabric import switch_port as sp
+from testbed.fabric.run_lock import RunLock
 from testbed.nic import wire
 
 ETH_HLEN = 14
@@ -144,3 +147,15 @@ def run_program(prog: sp.SwitchPortProgram, frame: bytes, *, ifindex: int,
         return RunResult(retval=struct.unpack('=i', struct.pack('=I', retval))[0],
                          frame=(d / 'out').read_bytes(),
                          priority=struct.unpack_from('=I', ctx_out, SKB_PRIORITY_OFF)[0])
+
+
+@pytest.fixture(scope='module')
+def machine():
+    """The run lock, held while our namespaces and pins exist: a test session starting
+    meanwhile would otherwise take them for a crashed run's and clean them away."""
+    lock = RunLock()
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

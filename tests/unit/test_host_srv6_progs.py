@@ -18,9 +18,9 @@ import pytest
 
 from testbed.fabric import host_decap
 from testbed.fabric import switch_port as sp
-from testbed.fabric.run_lock import RunLock
 from testbed.kernel import seg6_encap
 from testbed.kernel.seg6_encap import Seg6Encap, flow_key, flow_path
+from tests.unit.switch_port_harness import machine  # noqa: F401 (a fixture)
 
 if os.geteuid() != 0:
     pytest.skip('BPF_PROG_TEST_RUN and pinning need root', allow_module_level=True)
@@ -69,18 +69,6 @@ def run(prog_pin: Path, frame: bytes) -> tuple[int, bytes]:
             capture_output=True, text=True, timeout=30)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)['retval'], (d / 'out').read_bytes()
-
-
-@pytest.fixture(scope='module')
-def machine():
-    """The run lock, held while our pins exist (a session starting meanwhile would clean
-    them as a crashed run's)."""
-    lock = RunLock()
-    lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 @pytest.fixture(scope='module')

@@ -24,11 +24,10 @@ from dataclasses import replace
 import pytest
 
 from testbed.fabric import switch_port as sp
-from testbed.fabric.run_lock import RunLock
 from testbed.nic import wire
 from tests.unit.switch_port_harness import (
     CE, ECT0, ECT1, ETH_HLEN, ETH_P_IP, NOT_ECT, control_packets, data_packet, ecn, ethernet,
-    expected_trim, inner_offset, mrc_frame, run_program, traffic_class)
+    expected_trim, inner_offset, machine, mrc_frame, run_program, traffic_class)
 
 if os.geteuid() != 0:
     pytest.skip('BPF_PROG_TEST_RUN and pinning need root', allow_module_level=True)
@@ -49,18 +48,6 @@ CONFIG = sp.PortConfig(rate_bps=RATE, mark_threshold=MARK, trim_threshold=TRIM,
 
 def _ip(*args: str) -> None:
     subprocess.run(['ip', *args], check=True, capture_output=True)
-
-
-@pytest.fixture(scope='module')
-def machine():
-    """The run lock, held while our namespace exists: a test session starting meanwhile
-    would otherwise take our namespace and pin dir for a crashed run's and clean them."""
-    lock = RunLock()
-    lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 @pytest.fixture(scope='module')
