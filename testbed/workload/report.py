@@ -122,6 +122,8 @@ def emulator_section(summary: dict) -> list[str]:
                     ','.join(map(str, placed['pmd_cores'])),
                     ','.join(map(str, placed['endpoint_cores'])),
                     placed['endpoint_nice']), _long_waits(m['health'])))
+            if m['health'].get('host_decap') == 'ebpf':
+                lines[-1] += '; the hosts decapsulate with eBPF (no seg6local here)'
     return ['## Emulator', ''] + lines + [''] if lines else []
 
 

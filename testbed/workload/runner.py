@@ -269,6 +269,7 @@ class TransportRunner:
             'type': 'afxdp' if fab.afxdp else 'system', 'why': fab.switch_port_choice}
         self.run.health['cpu_placement'] = (fab.placement.describe()
                                             if fab.placement else None)
+        self.run.health['host_decap'] = fab.decap
 
     def _switch_counters(self, fab) -> SwitchCounters:
         ports = fab.signals
