@@ -40,7 +40,7 @@ busy loop started with setsid and pinned to one core:
   on the PMD thread's core       before 2.8 % / 35 % NOT TRUSTED;   after 0.9 % / 0.7 %
   on the endpoint loop's core    before 26 % / 1.1 % NOT TRUSTED;   after 1.3 % / 1.1 %
 and beside one in the run's own session, unpinned: before 1.0-1.9 % / 0.8-1.1 %, after
-2.8-3.8 % / 3.5-4.1 % (four runs), all trusted. On machines whose sessions sit in cpu
+2.8-3.8 % / 3.1-5.0 % (five runs), all trusted. On machines whose sessions sit in cpu
 cgroups (cgroup v2 with the cpu controller) autogroups do not apply; the cgroups' weights
 decide, and the health gate reports what the threads waited.
 

@@ -9,8 +9,9 @@ table, as the MRC NIC does in hardware. Two ways, same behaviour (docs/host-deca
   It is loaded by `tc` from the object file per port, unpinned: the program goes with the
   port, and so with the host's namespace, so a killed run leaves nothing of it.
 
-`HOST_DECAP_MODES` is the topology option's choices (`decap=`); `auto` takes the kernel's
-where it has seg6local, else eBPF. `kernel_seg6local()` finds out by trying.
+`HOST_DECAP_MODES` are FabricNet's `decap=` choices; `auto` takes the kernel's where it
+has seg6local, else eBPF. `kernel_seg6local()` finds out by trying. The kernel transports
+follow the choice for their carriers (testbed.kernel.seg6_encap).
 """
 from __future__ import annotations
 
