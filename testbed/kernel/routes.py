@@ -2,7 +2,9 @@
 `seg6` encap route per flow and plane, alone in its own table, chosen by a
 policy rule; and the mirror of a path for the reverse direction. On the
 routed fabric, the same table and rule hold a plain route through a plane's
-gateway instead (MPTCP's subflows, each on its own plane)."""
+gateway instead (MPTCP's subflows, each on its own plane). On a kernel
+without seg6 routes the rule's route is a plain one too, and eBPF puts the
+carrier on (testbed.kernel.seg6_encap, docs/host-decap.md)."""
 from __future__ import annotations
 
 import errno
@@ -15,8 +17,8 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.fabric.netns import inside
-from testbed.kernel.seg6_encap import OUTER_LEN, Seg6Encap, flow_key, flow_path
 from testbed.fabric.usid_plan import GATEWAY_LL, FabricPlan, Path
+from testbed.kernel.seg6_encap import OUTER_LEN, Seg6Encap, flow_key, flow_path
 
 SEG6_MODES: tuple[str, ...] = ('encap', 'encap.red')
 RULE_PRIORITY = 1000                # before main (32766), after local (0)
