@@ -91,21 +91,25 @@ def test_udp_source_ports_spread_over_the_ecmp_next_hops(fabric_factory):
     assert got == len(SPORTS) * PACKETS_PER_PORT
 
 
-def arrivals_across(fab, injector, sport: int, spine: str, leaf: str) -> list[float]:
-    """Stream one UDP flow, then take its uplink down: the arrival times,
-    from the moment of the fault."""
+def arrivals_across(fab, injector, sport: int, spine: str,
+                    leaf: str) -> tuple[list[float], float]:
+    """Stream one UDP flow, then take its uplink down: the arrival times from
+    the moment the fault began to be applied, and how long applying it took
+    (the link goes down, and the controller hears of it and starts its
+    delay, somewhere in that time)."""
     dst = fab.plan.host_ports[(DST, 1)].address
     rx = udp_socket(fab, DST)
     rx.setblocking(False)
     times = []
     t_fault = time.monotonic() + 0.3
     t_end = t_fault + DELAY_S + REVALIDATE_S + 0.5
-    faulted = False
+    faulted, apply_s = False, 0.0
     with udp_socket(fab, SRC, sport) as tx:
         while time.monotonic() < t_end:
             if not faulted and time.monotonic() >= t_fault:
-                injector.apply('link_down', a=leaf, b=spine)
                 t_fault, faulted = time.monotonic(), True
+                injector.apply('link_down', a=leaf, b=spine)
+                apply_s = time.monotonic() - t_fault
             tx.sendto(b'x' * 64, (dst, 4791))
             time.sleep(SEND_INTERVAL_S)
             try:
@@ -115,7 +119,7 @@ def arrivals_across(fab, injector, sport: int, spine: str, leaf: str) -> list[fl
             except BlockingIOError:
                 pass
     rx.close()
-    return [t - t_fault for t in times]
+    return [t - t_fault for t in times], apply_s
 
 
 def test_a_failed_link_is_routed_around_after_the_convergence_delay(fabric_factory):
@@ -125,14 +129,21 @@ def test_a_failed_link_is_routed_around_after_the_convergence_delay(fabric_facto
     sport, (spine,) = next(iter(taken.items()))
     injector = FaultInjector(fab)
     try:
-        seen = arrivals_across(fab, injector, sport, spine, leaf)
+        seen, apply_s = arrivals_across(fab, injector, sport, spine, leaf)
         # Nothing arrives between the fault and the controller's repair: the
-        # flow's bucket points at the dead port until the delay has passed...
-        gap = [t for t in seen if 2 * SEND_INTERVAL_S < t < DELAY_S]
-        assert not gap, gap
-        # ...and the repaired group carries it again soon after.
+        # flow's bucket points at the dead port until the delay has passed,
+        # counted from when the controller heard of the fault, which is no
+        # earlier than the start of applying it (t = 0). What was sent before
+        # the link went down, by the end of applying it, may still land...
+        gap = [t for t in seen if apply_s + 2 * SEND_INTERVAL_S < t < DELAY_S]
+        assert not gap, (apply_s, gap)
+        # ...and the repaired group carries it again soon after (heard by the
+        # end of applying it).
         after = [t for t in seen if t >= DELAY_S]
-        assert after and after[0] < DELAY_S + REVALIDATE_S + 2 * SEND_INTERVAL_S
+        print('link_down applied in %.3f s, first arrival after the delay at %.3f s'
+              % (apply_s, after[0] if after else float('nan')))
+        assert after and after[0] < apply_s + DELAY_S + REVALIDATE_S + \
+            2 * SEND_INTERVAL_S, (apply_s, after[:3])
         log = fab.routing_events()
         heard = [e for e in log if e['event'] == 'port_status' and not e['up']]
         changed = [e for e in log if e['event'] == 'group_change']
