@@ -20,12 +20,11 @@ import ipaddress
 import fcntl
 import socket
 import struct
-import subprocess
 from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from testbed.fabric import host_decap
+from testbed.fabric import host_decap, switch_port
 from testbed.fabric.netns import inside, write_sysctl
 from testbed.fabric.usid_plan import (GATEWAY_LL, GATEWAY_MAC, HostPort,
                                       block)
@@ -37,7 +36,6 @@ NUD_PERMANENT = 0x80
 IFA_F_NODAD = 0x02
 IFA_F_NOPREFIXROUTE = 0x200
 HOST_PREFIX_LEN = 64
-TC_TIMEOUT_S = 60.0
 
 # Set as the namespace's defaults before its ports exist, so that ports come
 # up as routers with no DAD, router solicitation or late multicast-listener
@@ -76,13 +74,12 @@ def plumb_host(pid: int, ports: list[HostPort], decap_obj: Path | None = None) -
 
 
 def _attach_decap(pid: int, intfs: list[str], obj: Path) -> None:
-    commands = [line for intf in intfs for line in host_decap.attach_commands(intf, obj)]
-    done = subprocess.run(['nsenter', '--net=/proc/%d/ns/net' % pid, 'tc', '-batch', '-'],
-                          input='\n'.join(commands) + '\n', capture_output=True, text=True,
-                          timeout=TC_TIMEOUT_S)
-    if done.returncode:
-        raise host_decap.HostDecapError('decapsulation on %s: %s' % (
-            ', '.join(intfs), (done.stderr or done.stdout).strip()[-2000:]))
+    try:
+        switch_port.tc_batch('/proc/%d/ns/net' % pid, [
+            line for intf in intfs for line in host_decap.attach_commands(intf, obj)])
+    except switch_port.SwitchPortError as err:
+        raise host_decap.HostDecapError('decapsulation on %s: %s'
+                                        % (', '.join(intfs), err)) from err
 
 
 def _plumb_port(ipr: IPRoute, port: HostPort, kernel_decap: bool = True) -> None:
