@@ -42,7 +42,9 @@ busy loop started with setsid and pinned to one core:
 and beside one in the run's own session, unpinned: before 1.0-1.9 % / 0.8-1.1 %, after
 2.8-3.8 % / 3.1-5.0 % (five runs), all trusted. On machines whose sessions sit in cpu
 cgroups (cgroup v2 with the cpu controller) autogroups do not apply; the cgroups' weights
-decide, and the health gate reports what the threads waited.
+decide, and the health gate reports what the threads waited. A run in init's session (no
+setsid anywhere above it, as CI's harness) is in the kernel's default autogroup, the root
+group itself: nothing to raise there, and its threads' nice counts directly.
 
 The PMD thread is OVS's: raise_pmd_threads() raises it once the ports exist, and
 lower_pmd_threads() puts it back at teardown; a killed run leaves nothing either, as OVS
@@ -168,9 +170,11 @@ def raise_autogroup(pid: int, record_dir: Path) -> bool:
 def session_leader() -> int:
     """A live process in this process's autogroup that outlives it: its session's leader
     (a shell, mostly), so that a record naming it can still be put back after this
-    process was killed; this process where the leader is gone."""
+    process was killed; this process where the leader is gone or not in our autogroup
+    (no leader at all in init's session: CI once ran the suite so)."""
     leader = os.getsid(0)
-    return leader if os.path.exists('/proc/%d/autogroup' % leader) else os.getpid()
+    ours = autogroup_name(os.getpid())
+    return leader if ours and autogroup_name(leader) == ours else os.getpid()
 
 
 def restore_autogroup(pid: int, record_dir: Path) -> None:
@@ -196,6 +200,18 @@ def restore_recorded_autogroups(record_dirs: list[str]) -> int:
             restore_autogroup(pid, Path(record_dir))
             restored += 1
     return restored
+
+
+def autogroup_name(pid: int) -> str | None:
+    """The name of process `pid`'s autogroup ("/autogroup-N"); None where the process is
+    gone, the kernel has no autogroups, or the process is in the kernel's default one
+    (init's, and that of whatever init starts without setsid: the file reads empty)."""
+    try:
+        with open('/proc/%d/autogroup' % pid) as f:
+            fields = f.read().split()
+    except OSError:
+        return None
+    return fields[0] if fields else None
 
 
 def _autogroup_nice(pid: int) -> int:
