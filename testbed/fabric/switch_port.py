@@ -586,8 +586,8 @@ def tc_batch(netns: str | None, commands: list[str], *, force: bool = False) -> 
 def _links(intfs: list[str], netns: str | None) -> list[tuple[int, bool] | None]:
     """For each interface: (ifindex, whether it has a clsact qdisc), None if it is not there.
     One dump of the links and one of the qdiscs for all of them: a lookup per interface
-    dumps and decodes the namespace's every link and qdisc each time, which took ~9 s of
-    a 2-plane k=4 fat-tree's build (its switches' 320 ports share one namespace)."""
+    dumps and decodes the namespace's every link and qdisc each time: 5.3 s for the 160
+    switch ports of an afxdp 2-plane k=4 fat-tree (398 links in that namespace), 0.2 s so."""
     with _netlink(netns) as nl:
         index = _ifindexes(nl)
         clsact = {q['index'] for q in nl.get_qdiscs() if q.get_attr('TCA_KIND') == 'clsact'}
