@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from testbed.fabric import ovs
 from testbed.fabric.clean import our_nft_tables
 from testbed.fabric.probe import PathProber, all_pairs
 from testbed.fabric.usid_plan import FabricPlan, Path
@@ -164,6 +165,31 @@ def test_each_down_fault_fails_exactly_its_paths_and_undo_restores(rig):
     assert {s: flows(s) for s in tables} == tables
     assert [e['fault'] for e in r.events] == [
         name for down, _, up, _ in cases for name in (down, up)]
+
+
+def carrier(fab, intf: str, host: str) -> bool:
+    """The host port's carrier, as its kernel sees it (the endpoint's port events)."""
+    return run(['cat', '/sys/class/net/%s/carrier' % intf], fab.host_pid(host)).strip() == '1'
+
+
+@pytest.mark.parametrize('ports', ['system', 'afxdp'])
+def test_a_nic_port_fault_takes_the_hosts_carrier_and_gives_it_back(rig, ports):
+    """The host sees its port's carrier go, as a real NIC whose peer went dark, on either
+    kind of switch port: with afxdp=1 the host's port is paired with its stage, not
+    with the switch port (testbed/fabric/port_stage.py), and a plane fault does the same."""
+    if ports == 'afxdp' and 'afxdp' not in ovs.interface_types():
+        pytest.skip('OVS without afxdp ports')
+    r = rig('leafspine,leaves=2,spines=2,hosts=1,planes=2,afxdp=%d' % (ports == 'afxdp'))
+    h1_1, h1_2 = host_intf(r.plan, 'h1', 1), host_intf(r.plan, 'h1', 2)
+    assert carrier(r.fab, h1_1, 'h1') and carrier(r.fab, h1_2, 'h1')
+    r.inj.nic_port_down('h1', 1)
+    assert not carrier(r.fab, h1_1, 'h1') and carrier(r.fab, h1_2, 'h1')
+    r.inj.plane_down(2)
+    assert not carrier(r.fab, h1_2, 'h1')
+    r.inj.nic_port_up('h1', 1)
+    r.inj.plane_up(2)
+    assert carrier(r.fab, h1_1, 'h1') and carrier(r.fab, h1_2, 'h1')
+    assert r.failing() == set()
 
 
 def test_overlapping_faults_undo_independently(rig):
