@@ -104,16 +104,22 @@ def test_sigkill_mid_scenario_then_clean_restores_a_spotless_machine(tmp_path):
     assert leaked() == {}
 
 
+STOPPED_BRIDGE = 'p99c99'          # a core switch no test fabric has
+
+
 def test_clean_removes_our_bridges_when_ovs_vswitchd_was_left_stopped():
-    # What a teardown killed during its offline bridge deletion leaves.
-    subprocess.run(['ovs-vsctl', 'add-br', 'mrcclean0', '--', 'set', 'Bridge',
-                    'mrcclean0', 'external_ids:%s=1' % ovs.OWNER_KEY,
+    # What a teardown killed during its offline bridge deletion leaves: our bridge in
+    # OVSDB, and the tap a userspace bridge makes in the kernel, named as the bridge (a
+    # switch's name, so that `clean` knows the tap as ours and leaked() would see it).
+    subprocess.run(['ovs-vsctl', 'add-br', STOPPED_BRIDGE, '--', 'set', 'Bridge',
+                    STOPPED_BRIDGE, 'external_ids:%s=1' % ovs.OWNER_KEY,
                     'datapath_type=netdev'], check=True, timeout=30)
     try:
         subprocess.run(['ovs-appctl', '-t', 'ovs-vswitchd', 'exit'],
                        check=True, timeout=60)
         assert not ovs.running()
-        assert 'mrcclean0' in leftovers()['bridges']
+        left = leftovers()
+        assert STOPPED_BRIDGE in left['bridges'] and STOPPED_BRIDGE in left['links']
         clean = subprocess.run([sys.executable, '-m', 'testbed.cli', 'clean'],
                                capture_output=True, text=True, cwd=REPO,
                                timeout=120)
@@ -123,7 +129,7 @@ def test_clean_removes_our_bridges_when_ovs_vswitchd_was_left_stopped():
     finally:
         ovs.ensure_running()
         subprocess.run(['ovs-vsctl', '--timeout=10', '--if-exists', 'del-br',
-                        'mrcclean0'], timeout=30)
+                        STOPPED_BRIDGE], timeout=30)
 
 
 def long_quick_scenario(tmp_path: Path) -> Path:
