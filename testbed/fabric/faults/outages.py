@@ -5,14 +5,13 @@ switch-to-switch link; on a host link only the switch end, so the host's
 port sees carrier loss like a real NIC whose peer went dark. Taking the
 host end admin-down would make its kernel flush the port's IPv6 address,
 routes and static gateway neighbour, which a real NIC keeps. (On a staged
-fabric, afxdp=1, the host's port is paired with its stage: that goes down too.) A link is
-down while at least one fault holds it down, so overlapping faults
-(a link inside a downed plane, say) compose and undo independently.
+fabric, afxdp=1, the host's port is paired with its stage: that goes down
+too.) A link is down while at least one fault holds it down, so overlapping
+faults (a link inside a downed plane, say) compose and undo independently.
 """
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 
 from pyroute2 import IPRoute
@@ -147,22 +146,22 @@ class OutageFaults:
                 ipr.link('set', index=index[0], state='up' if up else 'down')
             for stage in _host_stages(links):
                 index = ipr.link_lookup(ifname=stage)
-                if index:
+                if index:             # none on an unstaged fabric
                     ipr.link('set', index=index[0], state='up' if up else 'down')
 
 
 def _host_stages(links: list[FabricLink]) -> list[str]:
-    """On a staged fabric (afxdp=1, port_stage), a host's port is paired with its stage in
-    the root namespace, not with the switch port: the switch end going down would leave
-    the host's carrier up. Its stage goes down with it, and the host sees carrier loss as
-    on any fabric. Empty on an unstaged fabric (no such interface)."""
+    """The stage names of the links' host ends. On a staged fabric (afxdp=1, port_stage) a
+    host's port is paired with its stage in the root namespace, not with the switch port:
+    the switch end going down would leave the host's carrier up. Its stage goes down with
+    it, and the host sees carrier loss as on any fabric."""
     stages = []
     for end in (e for l in links for e in l.ends if e.pid is not None):
         try:
             stages.append(stage_name(end.intf))
         except ValueError:        # a name too long for a stage: no stage was made
             continue
-    return [s for s in stages if os.path.exists('/sys/class/net/' + s)]
+    return stages
 
 
 def _admin_detail(state: str, changed: list[FabricLink], total: int) -> str:
