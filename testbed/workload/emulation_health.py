@@ -280,7 +280,8 @@ def health_between(start: HealthSample, end: HealthSample,
         saturation.append('OVS datapath left %d of %d packets unread (kernel '
                           'dropped them)' % (unread, packets + unread))
     reasons = saturation + ['kernel lacks %s' % f for f in missing_features]
-    return {'machine_cpu_busy': round(machine_busy, 3),
+    return {'window_s': round(wall, 3),
+            'machine_cpu_busy': round(machine_busy, 3),
             'endpoint_process_cpu': round(process, 3),
             'endpoint_cpu_wait': round(endpoint_wait, 3),
             'vswitchd_cpu_wait': round(vswitchd_wait, 3),

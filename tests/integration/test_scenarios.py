@@ -70,6 +70,12 @@ RETRY_EXCEEDED = 'retry counter exceeded'
 # 2-core machine a turn can wait for a scheduler slice or two (the health
 # gate passes at most 10 % of the run waiting), under an RTT each.
 LOOP_SLACK_RTTS = 2
+# The health gate's window ends with the workload's loop: the sample that
+# closes it reads the datapath's counters (one ovs-appctl call, ~5 ms) and
+# then its clocks. What must stay out of it, the bookkeeping after the loop,
+# is far longer: the switch counters' netlink dumps alone took ~0.6 s of CPU
+# on the k=4 fat-tree, which the gate used to charge to the endpoint loop.
+GATE_WINDOW_LAG_S = 0.1
 
 
 @dataclass
@@ -125,6 +131,8 @@ def load_runs(out, transports):
     # What a tool reading summary.json may rely on (docs/results.md).
     jsonschema.validate(document, SUMMARY_SCHEMA,
                         jsonschema.Draft202012Validator)
+    for row in document['transports'].values():
+        assert row['health']['window_s'] - row['elapsed_s'] < GATE_WINDOW_LAG_S, row
     events = [json.loads(line) for line in
               (out / 'events.jsonl').read_text().splitlines()]
     with (out / 'timeline.csv').open() as f:

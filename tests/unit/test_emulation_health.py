@@ -199,3 +199,11 @@ except OSError as err:
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) in PORT_DOWN_ERRNOS, done.stdout
+
+
+def test_the_shares_are_of_the_window_between_the_samples():
+    start = HealthSample(10.0, 1.0, (1000, 600), 0, 10, 0, 0, 0)
+    end = HealthSample(12.5, 2.0, (1500, 900), 0, 5010, 0)
+    health = health_between(start, end, [])
+    assert health['window_s'] == 2.5
+    assert health['endpoint_process_cpu'] == 0.4        # 1 s of CPU in 2.5 s
