@@ -2,6 +2,7 @@
 `endpoint_flows.EndpointFlows`, for the scenario runner."""
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from testbed.fabric.net import FabricNet
@@ -34,8 +35,12 @@ class KernelFlows:
             return {'pinned_path': {'plane': plane, 'path': carrier}}
         return {'pinned_path': None, 'paths': paths}
 
-    def poll(self) -> None:
-        self.kernel.poll(timeout_s=POLL_WAIT_S)
+    def poll(self, until: float | None = None) -> None:
+        """One round of the sockets, waiting at most POLL_WAIT_S and not
+        past `until`: each round reads every socket's progress, so the
+        caller's loop calls again."""
+        wait = POLL_WAIT_S if until is None else min(POLL_WAIT_S, until - time.monotonic())
+        self.kernel.poll(timeout_s=max(0.0, wait))
 
     def delivered(self, flow_id: int) -> int:
         return self.handles[flow_id].delivered_bytes

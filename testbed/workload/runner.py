@@ -233,7 +233,8 @@ class TransportRunner:
                 apply_fault(injector, faults.pop(0))
             injector.due(time.monotonic())
             self._start_due(driver, now)
-            driver.poll()
+            driver.poll(self.t0 + self._until(now, next_bin, faults, injector))
+            now = time.monotonic() - self.t0
             if now >= next_bin:
                 self._sample(driver, records)
                 next_bin += BIN_S
@@ -274,6 +275,21 @@ class TransportRunner:
         self.run.health['cpu_placement'] = (fab.placement.describe()
                                             if fab.placement else None)
         self.run.health['host_decap'] = fab.decap
+
+    def _until(self, now: float, next_bin: float, faults: list,
+               injector) -> float:
+        """How long the driver may go on by itself (run time): until the
+        loop's next own work, a timeline bin, a fault, a flow's start or
+        the end of the run; a finished flow ends the driver's poll sooner."""
+        until = min(next_bin, self.sc.duration_s)
+        if faults:
+            until = min(until, faults[0].at)
+        if self._waiting:
+            until = min(until, self._waiting[0].due)
+        queued = injector.next_due()
+        if queued is not None:
+            until = min(until, queued - self.t0)
+        return max(until, now)
 
     def _switch_counters(self, fab) -> SwitchCounters:
         ports = fab.signals

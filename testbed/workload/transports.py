@@ -38,7 +38,10 @@ class Driver(Protocol):
     def start(self, flow_id: int, src: str, dst: str, size: int) -> dict:
         """Start a flow; returns what it runs on, for the event log."""
 
-    def poll(self) -> None: ...
+    def poll(self, until: float | None = None) -> None:
+        """Advance the flows until time.monotonic() reaches `until`, or
+        sooner (a flow may have finished; the caller looks and calls
+        again); one step of the driver's loop without `until`."""
     def delivered(self, flow_id: int) -> int: ...
     def status(self, flow_id: int) -> str: ...          # running|done|failed
     def error(self, flow_id: int) -> str | None: ...

@@ -26,8 +26,8 @@ from tests.integration.port_faults import (PLANE, SPEC, SRC, DST, Watch,
 # The bound, from the mechanism: the veth drops carrier as the switch end
 # goes down and the kernel sends RTM_NEWLINK at once (a veth's carrier change
 # is an urgent link-watch event: its iflink is its peer); the loop looks at
-# its netlink sockets at the start of a turn (at most PORT_CHECK_S = 0.1 ms
-# apart), and the QP uses no plane-1 EV from that turn's packets on. So the
+# its netlink sockets at the start of every turn (one poll() with the receive
+# sockets), and the QP uses no plane-1 EV from that turn's packets on. So the
 # sender's traffic is off the port the injector's apply time (netlink in the
 # root namespace: 1-3 ms alone, docs/faults.md, up to 8 ms measured here
 # beside the busy loop, which holds the GIL; the switch port goes down somewhere

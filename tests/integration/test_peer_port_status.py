@@ -35,8 +35,8 @@ from tests.integration.port_faults import (PLANE, SPEC, SRC, DST, nic_of,
 # apply time (netlink in the root namespace, 1-3 ms alone, up to 10 ms beside
 # the busy loop: docs/faults.md), in which the switch end goes down and h16's
 # veth drops carrier, the kernel sending RTM_NEWLINK at once; h16's loop looks
-# at its netlink socket at the start of a turn, at most PORT_CHECK_S = 0.1 ms
-# apart, and queues the update in that turn; h1's loop hands the first copy to
+# at its netlink socket at the start of every turn, and queues the update in
+# that turn; h1's loop hands the first copy to
 # its endpoint in the turn it arrives, and from that turn on no plane-1 EV is
 # picked. Each step is checked on its own, and the whole against the timers
 # the update stands in for: no plane-1 packet timer could have found the port

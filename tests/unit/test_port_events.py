@@ -93,7 +93,7 @@ def test_a_watch_reports_its_ports_changes_once_and_ignores_other_interfaces() -
 # ------------------------------------------------------------------------------ endpoint
 
 FAULT_S = 0.02      # the port dies 20 ms into a ~80 ms transfer...
-HEARD_S = 0.0201    # ...and the runtime hears it 0.1 ms later (a loop turn, PORT_CHECK_S)
+HEARD_S = 0.0201    # ...and the runtime hears it 0.1 ms later (in a loop turn)
 RATE_BPS = 100e6
 
 

@@ -142,7 +142,7 @@ def test_fuzz_mutated_updates(update: PortStatusUpdate, steps: Any) -> None:
 # ------------------------------------------------------------------------------ endpoints
 
 FAULT_S = 0.02      # B's port dies 20 ms into a ~80 ms transfer (1 MiB at 2 x 100 Mbit/s)...
-HEARD_S = 0.0201    # ...and B's runtime hears it 0.1 ms later (a loop turn, PORT_CHECK_S)
+HEARD_S = 0.0201    # ...and B's runtime hears it 0.1 ms later (in a loop turn)
 RATE_BPS = 100e6
 
 
