@@ -14,7 +14,6 @@ errors.
 
 from __future__ import annotations
 
-import zlib
 from typing import Any, Callable
 
 from testbed.nic.wire.checks import (
@@ -24,6 +23,7 @@ from testbed.nic.wire.checks import (
     check_dest_qp,
     check_port_masks,
 )
+from testbed.nic.wire.icrc import crc32
 from testbed.nic.wire.layout import (
     BTH,
     BTH_FLAGS_OFFSET,
@@ -92,7 +92,7 @@ _TRIM_BY_BITS = (Trim.NONE, None, Trim.TRIMMED, Trim.TRIMMED_LASTHOP)
 
 def _check_crc(buf: Buffer, end: int) -> None:
     (crc,) = U32.unpack_from(buf, end)
-    if zlib.crc32(memoryview(buf)[:end]) != crc:
+    if crc32(memoryview(buf)[:end]) != crc:
         raise WireError("bad ICRC")
 
 
@@ -349,7 +349,7 @@ def _fast_data(buf: Buffer, n: int, opcode: Opcode) -> RxData | None:
     payload_len = end - header_len
     if (payload_len != total) if opcode in ONLY_OPCODES else not 0 < payload_len < total:
         return None
-    if zlib.crc32(memoryview(buf)[:end]) != U32.unpack_from(buf, end)[0]:
+    if crc32(memoryview(buf)[:end]) != U32.unpack_from(buf, end)[0]:
         return None
     payload = buf[header_len:end]
     if type(payload) is not bytes:
@@ -377,7 +377,7 @@ def _fast_sack(buf: Buffer) -> RxSack | None:
             return None
         ts_echo = None
     end = SACK_LEN - ICRC_LEN
-    if zlib.crc32(memoryview(buf)[:end]) != U32.unpack_from(buf, end)[0]:
+    if crc32(memoryview(buf)[:end]) != U32.unpack_from(buf, end)[0]:
         return None
     return _new_tuple(RxSack, (dqp, cack_psn, ev, sack_offset, bitmap, verdict, mpr, trigger_psn,
                                (sack_flags & SACK_PROBE_REPLY) != 0, ts_echo, service_time_ns,

@@ -13,7 +13,6 @@ paths validate and lay out bytes identically.
 from __future__ import annotations
 
 import struct
-import zlib
 
 from testbed.nic.wire.checks import (
     WireError,
@@ -22,6 +21,7 @@ from testbed.nic.wire.checks import (
     check_dest_qp,
     check_port_masks,
 )
+from testbed.nic.wire.icrc import crc32
 from testbed.nic.wire.layout import (
     BTH,
     BTH_PKEY,
@@ -65,8 +65,8 @@ _TRIM_FLAGS: dict[int, int] = {
 
 
 def _seal(header: bytes, payload: bytes | memoryview = b"") -> bytes:
-    """Append the ICRC: zlib.crc32 over every MRC byte before it, big-endian."""
-    crc = zlib.crc32(payload, zlib.crc32(header))
+    """Append the ICRC: the CRC-32 (icrc.crc32) of every MRC byte before it, big-endian."""
+    crc = crc32(payload, crc32(header))
     return b"".join((header, payload, U32.pack(crc)))
 
 
@@ -143,7 +143,7 @@ def encode_data(
         )
     except struct.error as exc:
         raise WireError(f"field out of range: {exc}") from exc
-    crc = zlib.crc32(payload, zlib.crc32(header))          # _seal(), inlined
+    crc = crc32(payload, crc32(header))          # _seal(), inlined
     return b"".join((header, payload, U32.pack(crc)))
 
 
@@ -186,7 +186,7 @@ def encode_sack(
         )
     except struct.error as exc:
         raise WireError(f"field out of range: {exc}") from exc
-    return header + U32.pack(zlib.crc32(header))
+    return header + U32.pack(crc32(header))
 
 
 def encode_cnp(dest_qp: int) -> bytes:
