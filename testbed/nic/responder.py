@@ -116,6 +116,8 @@ class Responder:
         # last hop into this host, since the last SACK.
         self._arrived = 0
         self._trimmed_here = 0
+        self._hold_s = config.backpressure_hold_s if config.host_backpressure else None
+        self._hold_until = 0.0                  # SACKs before this carry at least pen 1
         self._sacked_on: dict[int, FixedRoute] = {}    # trigger index -> its SACK's route
         self._last_sack_route: FixedRoute | None = None  # of the latest data SACK
         target = config.skip_queueing_target_s
@@ -169,6 +171,8 @@ class Responder:
             self._counters.trimmed_received += 1
             last_hop = pkt.trim is Trim.TRIMMED_LASTHOP
             self._trimmed_here += last_hop
+            if last_hop and self._hold_s is not None:
+                self._hold_until = now + self._hold_s
             if not self._config.trim_nacks:
                 return                         # no TRIM_NACK capability: the packet is lost
             self._nack(pkt, NackReason.TRIMMED_LASTHOP if last_hop else NackReason.TRIMMED, ev_id)
@@ -380,20 +384,24 @@ class Responder:
         cack_psn = (window.initial_psn + window.expected - 1) & PSN_MASK    # window.cack_psn
         return encode_sack(self._peer_qp, cack_psn, ev_id, offset, bitmap, verdict,
                            self._mpr_dest if self._dynamic_mpr else 0, trigger_psn, probe_reply,
-                           ts, service_ns, ooo if ooo < _U16 else _U16, self._penalty(),
+                           ts, service_ns, ooo if ooo < _U16 else _U16, self._penalty(now),
                            self.received_bytes & _U64)
 
-    def _penalty(self) -> int:
+    def _penalty(self, now: float) -> int:
         """rcv_cwnd_pen for the next SACK: the share of packets trimmed at the last hop into
         this host since the previous SACK, on NSCC's 0..127 scale (a share s cuts the
-        sender's window by s of what the SACK acknowledges). A last-hop trim says this
-        host's own port is the bottleneck, which no ECN mark reports (the last hop does not
-        mark): MRC's responder host backpressure [P2 §II-D], [UEC §3.6.13.2]."""
+        sender's window by s of what the SACK acknowledges), and at least 1 for
+        `backpressure_hold_s` after such a trim (the sender then holds its window). A
+        last-hop trim says this host's own port is the bottleneck, which no ECN mark
+        reports (the last hop does not mark): MRC's responder host backpressure
+        [P2 §II-D], [UEC §3.6.13.2]."""
         arrived, trimmed = self._arrived, self._trimmed_here
         self._arrived = self._trimmed_here = 0
-        if not trimmed or not self._config.host_backpressure:
+        if not self._config.host_backpressure:
             return 0
-        return min(MAX_RCV_CWND_PEN, round(PENALTY_SCALE * trimmed / arrived))
+        if not trimmed:
+            return 1 if now < self._hold_until else 0
+        return min(MAX_RCV_CWND_PEN, max(1, round(PENALTY_SCALE * trimmed / arrived)))
 
     def _encode_nack(self, fields: tuple) -> bytes:
         psn, reason, ev_id, ts = fields

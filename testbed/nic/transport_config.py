@@ -49,6 +49,12 @@ class TransportConfig:
         of packets trimmed at the last hop into this host since the previous SACK, MRC's
         "responder host backpressure" [P2 §II-D]: the one signal of an incast at the
         receiver's own port where the last hop does not mark ECN.
+      backpressure_hold_s: with host_backpressure, the SACKs sent within this long of a
+        packet trimmed at the last hop carry at least rcv_cwnd_pen 1. NSCC grows no window on
+        a SACK that carries a penalty, so while this host's port is an incast's bottleneck
+        its senders hold their windows instead of growing them back into the port's trim
+        threshold, one trim per growth step (the emulated profile: one base RTT). None: only
+        the share above.
       trim_nacks: answer a trimmed packet with NACK TRIMMED / TRIMMED_LASTHOP (the TRIM_NACK
         device capability, on by default in mrc.h); False drops it silently, as a responder
         without the capability would, and recovery falls to SACK holes and timers.
@@ -86,6 +92,7 @@ class TransportConfig:
     reverse_paths_per_plane: int = 2
     trim_nacks: bool = True
     host_backpressure: bool = True
+    backpressure_hold_s: float | None = None
     reorder_threshold: int = 3
     max_reorder_threshold: int = 256
     inferred_losses_to_fail: int = 2
@@ -120,7 +127,8 @@ class TransportConfig:
                    f"({self.max_reorder_threshold}), got {self.reorder_threshold}")
         if self.inferred_losses_to_fail < 1:
             yield f"inferred_losses_to_fail must be >= 1, got {self.inferred_losses_to_fail}"
-        for name in ("packet_timeout_s", "probe_timeout_s", "ack_refresh_s"):
+        for name in ("packet_timeout_s", "probe_timeout_s", "ack_refresh_s",
+                     "backpressure_hold_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 yield f"{name} must be > 0 or None, got {value}"

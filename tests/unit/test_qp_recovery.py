@@ -26,6 +26,7 @@ from testbed.nic.wire import (
 
 from testbed.nic.qp_pair import (
     RKEY,
+    Pair,
     Trace,
     data_psn,
     done,
@@ -209,6 +210,29 @@ def test_last_hop_trims_come_back_as_host_backpressure() -> None:
     loop.trim_last_hop = True
     loop.run(stop=done(without.a))
     assert without.qa.cc.counters.penalty_count == 0
+
+
+def test_after_a_last_hop_trim_the_responder_holds_its_senders_windows() -> None:
+    # Trims on one path of eight at the receiver's port: without a hold only the SACKs whose
+    # interval held a trim carry a penalty; with a hold longer than the transfer every SACK
+    # from the first trim on does, and NSCC grows the window on none of them.
+    def run(hold_s: float | None) -> Pair:
+        pair = make_pair(cc_profile=nscc_profile(), transport_config=TransportConfig(
+            backpressure_hold_s=hold_s))
+        pair.qa.post_write(payload(300 * P), 0, RKEY)
+        loop = Loopback([pair.a, pair.b], rate_bps=1e9)
+        loop.trim_paths.add(pair.paths_ab[1][0])
+        loop.trim_last_hop = True
+        loop.run(stop=done(pair.a))
+        assert pair.qa.counters.nacks_received_by_reason["TRIMMED_LASTHOP"] == loop.trimmed > 0
+        return pair
+
+    share_only, held = run(None), run(10.0)
+    cc_share, cc_held = share_only.qa.cc.counters, held.qa.cc.counters
+    assert cc_held.penalty_count > cc_share.penalty_count
+    grew = cc_held.fair_inc_count + cc_held.prop_inc_count + cc_held.fi_count
+    assert grew < cc_share.fair_inc_count + cc_share.prop_inc_count + cc_share.fi_count
+    assert TransportConfig().backpressure_hold_s is None      # off unless a profile sets it
 
 
 def test_reliability_probes_consume_no_psn_and_each_gets_a_sack() -> None:
