@@ -54,7 +54,7 @@ from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.nic.emulated_timescale import MTU, base_rtt_s, fabric_qp_profile
 from testbed.nic.retry_timer import retry_schedule, time_to_error
 from testbed.workload.congestion_metrics import _faulty, _touches
-from testbed.workload.metrics import SMOOTHING_S
+from testbed.workload.metrics import SMOOTHING_S, jain_index
 from testbed.workload.run_scenario import run_scenario
 from testbed.workload.runner import BIN_S
 from testbed.workload.scenario import load_scenario
@@ -603,8 +603,16 @@ def test_permutation_ecmp_vs_mrc(tmp_path):
         shared, ecmp['fct_p99_s'])
     if shared > 1:
         assert ecmp['fct_p99_s'] > ecmp['fct_p50_s'], ecmp
-    # MPTCP opens a subflow per plane: both planes carry its bytes.
-    assert runs['mptcp'].summary['jain_planes'] >= 0.9, runs['mptcp'].summary
+    # MPTCP opens a subflow per plane, each hashed onto one path of its plane.
+    # The 4 hosts of a pod leave it over 4 uplinks per plane, so a subflow
+    # shares its busiest link with at most 3 others: it runs at 1/4 to all of
+    # the link rate, and each plane carries at least (1/4) / (1/4 + 1) = 1/5
+    # of a flow's bytes. Both planes carry bytes: the Jain index over the two
+    # is at least its value at a 1/5 : 4/5 split, 0.74 (a CI run measured
+    # 0.8985, a 1/3 : 2/3 split).
+    least = jain_index([1, 4])
+    assert runs['mptcp'].summary['jain_planes'] >= least, (
+        least, runs['mptcp'].summary)
 
 
 def test_run_command_refuses_a_bad_scenario_before_building(tmp_path):
