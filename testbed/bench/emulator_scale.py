@@ -21,7 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +82,7 @@ BYPASS_FABRIC = ('leafspine,leaves=2,spines=2,hosts=1,planes=1,bw=10', 'h1', 'h2
 BYPASS_PPS, BYPASS_S = 300, 1.0   # 3.6 Mbit/s: under the links' rate, nothing queued
 CAPACITY_RATES = (5_000, 10_000, 20_000, 40_000, 80_000, 160_000, None)
 CAPACITY_STEP_S = 2.0
+KNEE_STEPS = 3              # 40k..80k pkt/s: to within 5k
 DRAIN_S = 0.3               # packets still queued in the fabric arrive
 SEND_BATCH = 64
 PACE_SLEEP_S = 0.0002
@@ -410,7 +411,8 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
         # A datapath port per switch end of every link (bridges' own
         # internal ports not counted).
         ports = 2 * len(plan.links) + len(plan.host_ports)
-        for rate in rates:
+
+        def measure(rate: int | None) -> dict:
             point = capacity_point(probe, rate, seconds)
             points.append(point)
             ctx.say(KEY, '%s, %s ports: offered %s pkt/s, sent %.0f, delivered '
@@ -418,11 +420,40 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
                         spec, port_type, '%d' % rate if rate else 'max',
                         point['sent_pps'], point['delivered_pps'],
                         100 * point['loss'], 100 * point['vswitchd_cpu']))
+            return point
+
+        for rate in rates:
+            measure(rate)
+        find_the_knee(points, measure)
     return {'spec': built_spec(spec, port_type), 'src': src, 'dst': dst, 'hops': probe.hops,
             'port_type': port_type,
             'switches': len(plan.switches), 'ports': ports, 'seconds': seconds,
             'frame_bytes': PROBE_FRAME_BYTES, 'datapath_threads': threads,
-            'points': points}
+            'points': sorted(points, key=lambda p: (p['offered_pps'] is None,
+                                                    p['offered_pps'] or 0))}
+
+
+def find_the_knee(points: list[dict], measure: Callable[[int], dict]) -> None:
+    """Halve the gap between the highest loss-free offered rate and the
+    lowest lossy one above it KNEE_STEPS times: the ladder doubles, so on its
+    own it could understate the loss-free rate by up to half."""
+    paced = [p for p in points if p['offered_pps']]
+    fine = [p['offered_pps'] for p in paced if p['loss'] < LOSSLESS]
+    lossy = [p['offered_pps'] for p in paced if p['loss'] >= LOSSLESS]
+    if not fine:
+        return
+    low = max(fine)
+    high = min((rate for rate in lossy if rate > low), default=None)
+    if high is None:
+        return
+    for _ in range(KNEE_STEPS):
+        rate = round((low + high) / 2, -3)
+        if rate in (low, high):
+            return
+        if measure(rate)['loss'] < LOSSLESS:
+            low = rate
+        else:
+            high = rate
 
 
 def measure_qdisc_bypass(ctx: BenchContext) -> list[dict]:
@@ -586,7 +617,9 @@ def capacity_text(ctx: BenchContext, capacities: list[dict],
         f"{PROBE_EVS} source ports) from one host's raw IPv6-in-IPv6 socket "
         f"to another's on plane 1, alternating over every path's uSID carrier, "
         f"paced for {capacities[0]['seconds']:g} s per row, and counts packets "
-        f"at both hosts' ports. packet-hops/s = delivered × switches per path. "
+        f"at both hosts' ports. The offered rate doubles from row to row; then "
+        f"up to {KNEE_STEPS} more rows halve the gap between the last loss-free "
+        f"rate and the first lossy one. packet-hops/s = delivered × switches per path. "
         f"Ports: the datapath's switch ports. Machine CPU is the share of all "
         f"{os.cpu_count()} cores busy; sender and ovs-vswitchd CPU are shares "
         f"of one core. *Health gate*: the verdict the emulator-health check "
