@@ -447,7 +447,7 @@ def find_the_knee(points: list[dict], measure: Callable[[int], dict]) -> None:
     if high is None:
         return
     for _ in range(KNEE_STEPS):
-        rate = round((low + high) / 2, -3)
+        rate = int(round((low + high) / 2, -3))
         if rate in (low, high):
             return
         if measure(rate)['loss'] < LOSSLESS:
@@ -568,7 +568,7 @@ def capacity_text(ctx: BenchContext, capacities: list[dict],
          'delivered', 'lost', 'packet-hops/s', 'machine CPU', 'sender CPU',
          'ovs-vswitchd CPU', 'lost upcalls', 'health gate'],
         [(f"{c['spec']} ({c['ports']} {port_type(c)} ports)",
-          f"{p['offered_pps']:,} pkt/s" if p['offered_pps'] else 'flat out',
+          f"{int(p['offered_pps']):,} pkt/s" if p['offered_pps'] else 'flat out',
           f"{p['sent_pps']:,.0f}", f"{p['entered_pps']:,.0f}",
           f"{p['delivered_pps']:,.0f}", f"{p['loss']:.1%}",
           f"{p['packet_hops_per_s']:,.0f}", f"{p['machine_cpu_busy']:.0%}",
