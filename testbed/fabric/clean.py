@@ -16,7 +16,7 @@ from testbed.fabric.packet_capture import TCPDUMP_MARK
 
 # Command lines of processes that only the testbed starts.
 OUR_PROCESSES = ('mininet:', '-m testbed.controller --', 'testbed.nic.agent',
-                 TCPDUMP_MARK)
+                 '-m testbed.workload.unread_backlog', TCPDUMP_MARK)
 OUR_NETNS_PREFIX = 'mrc'
 OUR_NFT_PREFIX = 'mrc_'
 WORKDIR_GLOB = '/tmp/mrc-fabric-*'

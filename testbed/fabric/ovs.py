@@ -26,10 +26,12 @@ from mininet.node import OVSSwitch
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from testbed.fabric.vswitchd_sockets import (VSWITCHD_PIDFILE, packet_sockets,
+                                             socket_fds, vswitchd_pid)
+
 OVS_CTL = '/usr/share/openvswitch/scripts/ovs-ctl'
 LINK_GROUP = 0x6D7263          # "mrc"
 OWNER_KEY = 'mrc-testbed'
-VSWITCHD_PIDFILE = '/var/run/openvswitch/ovs-vswitchd.pid'
 OVSDB_PIDFILE = '/var/run/openvswitch/ovsdb-server.pid'
 ANSWER_WAIT_S = 60.0
 
@@ -164,14 +166,6 @@ def _del_br_args(names: list[str]) -> list[str]:
     return args
 
 
-def vswitchd_pid() -> int | None:
-    try:
-        with open(VSWITCHD_PIDFILE) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
 EXIT_WAIT_S = 180.0
 
 
@@ -222,14 +216,7 @@ def _unbound_packet_sockets() -> set[str]:
     """Inodes of this namespace's AF_PACKET sockets bound to no interface and
     no protocol: what af_packet_sock() makes (the ports' receive sockets are
     bound to their interface)."""
-    inodes = set()
-    with open('/proc/net/packet') as table:
-        next(table)
-        for line in table:
-            fields = line.split()
-            if len(fields) >= 9 and int(fields[3], 16) == 0 and fields[4] == '0':
-                inodes.add(fields[8])
-    return inodes
+    return {s.inode for s in packet_sockets() if not s.protocol and not s.ifindex}
 
 
 def raise_tx_buffer(size: int = TX_SNDBUF_BYTES) -> int | None:
@@ -239,14 +226,9 @@ def raise_tx_buffer(size: int = TX_SNDBUF_BYTES) -> int | None:
     inodes = _unbound_packet_sockets()
     if pid is None or not inodes:
         return None
-    fd_dir = '/proc/%d/fd' % pid
-    for fd in os.listdir(fd_dir):
-        try:
-            target = os.readlink(os.path.join(fd_dir, fd))
-        except OSError:
-            continue
-        if target.startswith('socket:[') and target[8:-1] in inodes:
-            return _set_sndbuf(pid, int(fd), size)
+    for inode, fd in socket_fds(pid).items():
+        if inode in inodes:
+            return _set_sndbuf(pid, fd, size)
     return None
 
 

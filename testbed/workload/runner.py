@@ -23,6 +23,7 @@ from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.nic.emulated_timescale import base_rtt_s, fabric_time
 from testbed.nic.hardware_profile import HARDWARE_PROFILES, EmulatedTime
 from testbed.workload.base_rtt import measure_base_rtt
+from testbed.workload import unread_backlog
 from testbed.workload.emulation_health import HealthSample, health_between, waits_watched
 from testbed.workload.switch_counters import SwitchCounters
 from testbed.workload.transports import transport
@@ -155,8 +156,9 @@ class TransportRunner:
                                  self.run.cc, self._timescale(fab))
             try:
                 with self._capture(fab), endpoint_loop(fab.placement), \
-                        waits_watched() as waits:
-                    self._loop(fab, driver, injector, phases, waits)
+                        waits_watched() as waits, \
+                        unread_backlog.watched(fab.mtu) as unread:
+                    self._loop(fab, driver, injector, phases, waits, unread)
             finally:
                 injector.restore_all()
                 self.run.retransmitted_bytes = driver.retransmitted_bytes()
@@ -213,7 +215,7 @@ class TransportRunner:
         self.run.base_rtt_s = timescale.base_rtt_s
         return timescale
 
-    def _loop(self, fab, driver, injector, phases, waits) -> None:
+    def _loop(self, fab, driver, injector, phases, waits, unread) -> None:
         records = self._records(phases)
         driver.prepare([(r.src, r.dst, r.size) for r in records])
         switches = self._switch_counters(fab)
@@ -222,6 +224,7 @@ class TransportRunner:
         missing = list(fab.missing_features) + (
             list(injector.missing_features) if needs_gray else [])
         host_pids = {h: fab.host_pid(h) for h in fab.plan.hosts}
+        unread.start()
         health0 = HealthSample.now(host_pids, waits)
         faults = list(self.sc.timeline())
         phase, next_bin = 0, BIN_S
@@ -250,6 +253,7 @@ class TransportRunner:
         # The gate's window ends with the loop: what follows is this process's
         # bookkeeping (the switch counters' netlink dumps alone took ~0.6 s of CPU
         # after a 1.2 s permutation), not the endpoint loop's work.
+        backlog = unread.stop()
         health1 = HealthSample.now(host_pids, waits)
         self.run.switch_ports = switches.finish(self.run.elapsed_s)
         self.run.switch_series = switches.series
@@ -269,7 +273,11 @@ class TransportRunner:
         self.run.health = health_between(
             health0, health1, missing,
             endpoint_loop=transport(self.run.transport).family == 'endpoint',
-            send_losses=driver.send_losses(), base_rtt_s=self.run.base_rtt_s)
+            send_losses=driver.send_losses(), base_rtt_s=self.run.base_rtt_s,
+            backlog=backlog,
+            # a packet and its acknowledgement each cross every switch of the
+            # longest path, read at one port of each
+            round_trip_ports=2 * (fab.plan.longest_path_links - 1))
         self.run.health['switch_ports'] = {
             'type': 'afxdp' if fab.afxdp else 'system', 'why': fab.switch_port_choice}
         self.run.health['cpu_placement'] = (fab.placement.describe()

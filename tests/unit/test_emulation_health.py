@@ -13,8 +13,9 @@ import pytest
 
 from testbed.fabric.cpu_placement import PMD_THREADS, threads
 from testbed.workload.emulation_health import (
-    ENDPOINT, VSWITCHD, HealthSample, _run_queue_wait_ns,
+    ENDPOINT, UNREAD_WAIT_LIMIT_S, VSWITCHD, HealthSample, _run_queue_wait_ns,
     _vswitchd_forwarding_wait_ns, health_between)
+from testbed.workload.unread_backlog import BacklogReading, frame_truesize
 from testbed.workload.run_queue_waits import BUCKETS, WaitHistogram, bucket_of
 from tests.unit.stand_in_threads import pmd_thread
 
@@ -207,3 +208,29 @@ def test_the_shares_are_of_the_window_between_the_samples():
     health = health_between(start, end, [])
     assert health['window_s'] == 2.5
     assert health['endpoint_process_cpu'] == 0.4        # 1 s of CPU in 2.5 s
+
+
+def test_the_gate_reads_the_datapaths_unread_backlog_as_a_wait():
+    """Little's law over the samples: 100,000 packets read a second, 200 full frames
+    waiting on average, so each waited 2 ms at each port; a round trip over 8 ports
+    waited 16 ms, past the limit (the base RTT's 10 ms processing allowance). A
+    tenth of that backlog is 1.6 ms: trusted."""
+    start = HealthSample(0.0, 0.0, (1000, 600), 0, 0)
+    end = HealthSample(1.0, 0.1, (1400, 800), 0, 100_000)
+    frame = frame_truesize(1500)
+    verdicts = {}
+    for frames in (200, 20):
+        backlog = BacklogReading(160, 3 * frames * frame, 3, frame)
+        verdicts[frames] = health_between(start, end, [], backlog=backlog,
+                                          round_trip_ports=8)
+        assert verdicts[frames]['datapath_unread_wait_s'] == pytest.approx(frames * 8e-5)
+    assert UNREAD_WAIT_LIMIT_S == 0.01
+    assert verdicts[20]['trusted'] and verdicts[20]['reasons'] == []
+    assert verdicts[200]['reasons'] == [
+        "packets waited 16.0 ms a round trip unread in the datapath's sockets (a queue "
+        "the fabric does not model; limit 10.0 ms)"]
+    # Nothing sampled (an AF_XDP fabric has no packet sockets), or no reading
+    # at all: not measured.
+    for backlog in (BacklogReading(0, 0, 0, frame), None):
+        unseen = health_between(start, end, [], backlog=backlog, round_trip_ports=8)
+        assert unseen['datapath_unread_wait_s'] is None and unseen['trusted']

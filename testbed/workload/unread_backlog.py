@@ -1,0 +1,140 @@
+"""What waits unread in the userspace datapath's packet sockets during a run.
+
+Everything about that queue lives here: which sockets, how they are sampled,
+and how their backlog is read as a wait. Each `system` switch port is read by
+ovs-vswitchd through a packet socket; when its thread falls behind, packets
+wait there before the port's modelled queue (HTB and the switch-port
+program) sees them: a queue the fabric does not model, which adds to every
+RTT. The kernel drops from such a socket only once its buffer is full (the
+health gate counts those drops); the wait comes long before.
+
+A process of its own samples the sockets (`python -m
+testbed.workload.unread_backlog MTU`, an `UnreadSampler`):
+sampled from the endpoint loop's process, the samples fell where that loop
+let them, and on the same run read 2.6 times less backlog than this process
+read at fixed intervals. Where the datapath has no packet sockets (AF_XDP
+ports) nothing is sampled.
+"""
+from __future__ import annotations
+
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from testbed.fabric.vswitchd_sockets import packet_sockets, socket_fds, vswitchd_pid
+
+SAMPLE_S = 0.02               # a /proc/net/packet read costs ~0.2 ms
+STOP_TIMEOUT_S = 2.0
+
+
+def frame_truesize(mtu: int) -> int:
+    """The bytes a full frame of a link of `mtu` is charged in a socket's
+    receive buffer: its data in the kernel's power-of-two allocation (frame,
+    headroom and shared info) plus the sk_buff. Measured on this kernel
+    (tests/unit/test_unread_backlog.py): 2,304 bytes for a 1,514-byte frame
+    sent through a packet socket, as ovs-vswitchd sends, 4,352 for 3,514."""
+    data = mtu + 14 + 32 + 320
+    return (1 << (data - 1).bit_length()) + 256
+
+
+def unread_bytes() -> dict[str, int]:
+    """Every receiving packet socket of this namespace: inode -> bytes unread."""
+    return {s.inode: s.unread for s in packet_sockets() if s.protocol}
+
+
+def datapath_sockets() -> frozenset[str]:
+    """The inodes of ovs-vswitchd's receiving packet sockets: one per `system`
+    switch port."""
+    pid = vswitchd_pid()
+    try:
+        return frozenset(socket_fds(pid).keys() & unread_bytes().keys()) if pid \
+            else frozenset()
+    except OSError:
+        return frozenset()
+
+
+@dataclass(frozen=True)
+class BacklogReading:
+    """The datapath's unread bytes, summed over `samples` samples."""
+    sockets: int
+    total_bytes: int
+    samples: int
+    frame_bytes: int              # what one full frame is charged
+
+    def wait_per_port_s(self, packets_per_s: float) -> float | None:
+        """The mean time a packet waited unread at each switch port it
+        crossed (Little's law: frames waiting over frames read a second, the
+        datapath's lookups being one a packet and port). Smaller frames are
+        charged fewer bytes, so SACKs count for less than they are: a lower
+        bound. None where nothing was sampled."""
+        if not self.samples or packets_per_s <= 0:
+            return None
+        return self.total_bytes / self.samples / self.frame_bytes / packets_per_s
+
+
+def sample_until_stdin_closes(mtu: int) -> BacklogReading:
+    """Sample every SAMPLE_S until a line or end of file on stdin (the
+    runner is done, or gone)."""
+    sockets = datapath_sockets()
+    total = samples = 0
+    while sockets:
+        unread = unread_bytes()
+        total += sum(unread.get(inode, 0) for inode in sockets)
+        samples += 1
+        if select.select([sys.stdin], [], [], SAMPLE_S)[0]:
+            break
+    return BacklogReading(len(sockets), total, samples, frame_truesize(mtu))
+
+
+class UnreadSampler:
+    """The sampling process of one run: `start()` as the run's window opens,
+    `stop()` as it closes; `close()` ends it whatever happened between."""
+
+    def __init__(self, mtu: int) -> None:
+        self.mtu = mtu
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if not datapath_sockets():         # AF_XDP ports: nothing to sample
+            return
+        self.process = subprocess.Popen(
+            [sys.executable, '-m', 'testbed.workload.unread_backlog', str(self.mtu)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def stop(self) -> BacklogReading | None:
+        """What was sampled; None if nothing could be (no process, or it
+        failed): not measured."""
+        if self.process is None:
+            return None
+        try:
+            out, _ = self.process.communicate('stop\n', timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None
+        fields = [int(x) for x in out.split()]
+        if self.process.returncode or len(fields) != 4:
+            return None
+        return BacklogReading(*fields)
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextmanager
+def watched(mtu: int) -> Iterator[UnreadSampler]:
+    """A sampler for one run, ended with the `with` (sampled between its
+    start() and stop())."""
+    sampler = UnreadSampler(mtu)
+    try:
+        yield sampler
+    finally:
+        sampler.close()
+
+
+if __name__ == '__main__':
+    done = sample_until_stdin_closes(int(sys.argv[1]))
+    print(done.sockets, done.total_bytes, done.samples, done.frame_bytes)

@@ -1,0 +1,74 @@
+"""The health gate's unread backlog on a real fabric with `system` switch ports:
+what waits in ovs-vswitchd's packet sockets before it forwards it is read as a
+wait (testbed/workload/unread_backlog.py), within the gate's limit while the
+datapath keeps up and past it once the offered load outruns it."""
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+from testbed.bench.emulator_scale import Probe, probed_fabric, send_paced
+from testbed.bench.harness import scenario
+from testbed.fabric.faults.injector import FaultInjector
+from testbed.fabric.net import FabricNet
+from testbed.workload.emulation_health import (UNREAD_WAIT_LIMIT_S, HealthSample,
+                                               health_between)
+from testbed.workload.runner import TransportRunner, fabric_spec
+from testbed.workload.unread_backlog import SAMPLE_S, datapath_sockets, watched
+from testbed.workload.workloads import build_workload
+
+SPEC = 'fattree,k=4,planes=2'
+SECONDS = 1.5
+
+
+def health_of_sending(probe: Probe, rate: float | None) -> dict:
+    """The gate's verdict on `rate` packets/s (None: flat out) from the probe
+    for SECONDS, the backlog sampled meanwhile as a run samples it."""
+    with watched(probe.fab.mtu) as sampler:
+        sampler.start()
+        start = HealthSample.now()
+        send_paced(probe, rate, SECONDS)
+        backlog = sampler.stop()
+    # One sample every SAMPLE_S (a process of its own), less its start-up.
+    assert backlog is not None and backlog.samples >= SECONDS / SAMPLE_S / 2, backlog
+    # The probe sends one way; its packets cross a path's ports twice per
+    # round trip, as a packet and its acknowledgement would.
+    return health_between(start, HealthSample.now(), [], backlog=backlog,
+                          round_trip_ports=2 * probe.hops)
+
+
+def test_packets_waiting_unread_in_the_datapaths_sockets_are_a_wait_the_gate_limits():
+    with ExitStack() as stack:
+        fab, probe = probed_fabric(SPEC, 'h1', 'h9', 'system', stack)
+        plan = fab.plan
+        # Every switch end of every link (switch to switch, switch to host) is
+        # a `system` port read through a packet socket of ovs-vswitchd's.
+        ports = 2 * len(plan.links) + len(plan.host_ports)
+        assert len(datapath_sockets()) == ports
+        # 1,000 packets/s over 5 switches is a twentieth of the ~100k
+        # packet-hops/s this fabric forwards without loss (BENCHMARKS.md
+        # section 6): ovs-vswitchd keeps up, a packet waits at each port
+        # only for the main thread's next turn over its 160 sockets.
+        light = health_of_sending(probe, 1_000)
+    assert light['datapath_unread_wait_s'] < UNREAD_WAIT_LIMIT_S, light
+    assert light['trusted'], light['reasons']
+
+
+def test_a_permutation_past_what_the_datapath_forwards_is_not_trusted():
+    """MRC's 8-host permutation at 40 Mbit/s offers ~265k data packet-hops/s,
+    2.6x what the k=4 fat-tree's `system` ports forward without loss
+    (~100k): the sockets fill and every packet queues where the fabric
+    models no queue. The run's own sampler reads the wait, and the gate
+    names it."""
+    rate = 40.0
+    hosts = ['h1', 'h2', 'h3', 'h4', 'h9', 'h10', 'h11', 'h12']
+    sc = scenario('unread-backlog', SPEC, rate,
+                  {'type': 'permutation', 'hosts': hosts, 'size_mb': 4.0},
+                  duration_s=6.0, seed=500)
+    with FabricNet(fabric_spec(SPEC, rate)) as fab:
+        run = TransportRunner(sc, 'mrc', 0, lambda _m: None).execute(
+            lambda plan, rng: build_workload(sc.workload, plan.hosts, plan, rng),
+            lambda f, log: FaultInjector(f, log), fab)
+    health = run.health
+    assert health['datapath_unread_wait_s'] > UNREAD_WAIT_LIMIT_S, health
+    assert any('unread in the datapath' in r for r in health['reasons']), health
+    assert not health['trusted']
