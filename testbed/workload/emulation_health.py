@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from testbed.fabric.cpu_placement import PMD_THREADS, threads
+from testbed.fabric.vswitchd_sockets import vswitchd_pid
 from testbed.nic.emulated_timescale import PROCESSING_RTT_S
 from testbed.workload.run_queue_waits import RunQueueWaits, RunQueueWaitsError, WaitHistogram
-from testbed.fabric.vswitchd_sockets import vswitchd_pid
 from testbed.workload.unread_backlog import BacklogReading
 
 BUSY_LIMIT = 0.95          # of all cores, machine-wide

@@ -22,8 +22,8 @@ from testbed.fabric.packet_capture import PacketCapture, capture_points
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.nic.emulated_timescale import base_rtt_s, fabric_time
 from testbed.nic.hardware_profile import HARDWARE_PROFILES, EmulatedTime
-from testbed.workload.base_rtt import measure_base_rtt
 from testbed.workload import unread_backlog
+from testbed.workload.base_rtt import measure_base_rtt
 from testbed.workload.emulation_health import HealthSample, health_between, waits_watched
 from testbed.workload.switch_counters import SwitchCounters
 from testbed.workload.transports import transport
