@@ -89,7 +89,7 @@ def _run_queue_wait_ns(pid: int | str, tasks: list[str] | None = None) -> int:
     return total
 
 
-def _forwarding_threads(pid: str) -> list[str]:
+def _forwarding_threads(pid: int | str) -> list[str]:
     """The ovs-vswitchd threads that carry the fabric's packets: its PMD
     threads where it has any (AF_XDP ports: the main thread then only serves
     the control plane, such as our own counter reads and a fault's port
@@ -98,7 +98,7 @@ def _forwarding_threads(pid: str) -> list[str]:
     return threads(pid, PMD_THREADS) or threads(pid)
 
 
-def _vswitchd_forwarding_wait_ns(pid: str) -> int:
+def _vswitchd_forwarding_wait_ns(pid: int | str) -> int:
     """The run-queue wait of ovs-vswitchd's _forwarding_threads()."""
     return _run_queue_wait_ns(pid, _forwarding_threads(pid))
 
@@ -126,11 +126,6 @@ def _host_counters(host_pids: Mapping[str, int]) -> dict[str, int]:
         except OSError:
             continue            # a host that is gone counts nothing more
     return total
-
-
-def _vswitchd_pid() -> str | None:
-    pid = vswitchd_pid()
-    return None if pid is None else str(pid)
 
 
 def _unread_drops() -> int:
@@ -184,7 +179,7 @@ class HealthSample:
         counters of loss inside the host are read. `waits`: the program
         watching the threads of wait_groups() (waits_watched())."""
         packets, lost = _datapath_counters()
-        vswitchd = _vswitchd_pid()
+        vswitchd = vswitchd_pid()
         return cls(time.monotonic(), time.process_time(), _cpu_ticks(),
                    lost, packets, _unread_drops(), _run_queue_wait_ns('self'),
                    _vswitchd_forwarding_wait_ns(vswitchd) if vswitchd else 0,
@@ -201,7 +196,7 @@ WHO = {ENDPOINT: 'endpoint loop', VSWITCHD: 'ovs-vswitchd'}
 def wait_groups() -> dict[str, list[int]]:
     """The threads of each group now (threads started later are not seen:
     the fabric and its PMD threads exist before a trial starts)."""
-    vswitchd = _vswitchd_pid()
+    vswitchd = vswitchd_pid()
     forwarding = _forwarding_threads(vswitchd) if vswitchd else []
     return {ENDPOINT: [int(t) for t in threads('self')],
             VSWITCHD: [int(t) for t in forwarding]}

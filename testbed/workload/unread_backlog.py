@@ -9,7 +9,7 @@ RTT. The kernel drops from such a socket only once its buffer is full (the
 health gate counts those drops); the wait comes long before.
 
 A process of its own samples the sockets (`python -m
-testbed.workload.unread_backlog MTU`, an `UnreadSampler`). Sampled from a
+testbed.workload.unread_backlog INODE...`, an `UnreadSampler`). Sampled from a
 thread of the endpoint loop's process, the samples fell where that loop let
 them: on the same permutation at 5 Mbit/s they read 1.8 ms a round trip,
 this process 4.7 ms. Where the datapath has no packet sockets (AF_XDP ports)
@@ -59,7 +59,6 @@ def datapath_sockets() -> frozenset[str]:
 @dataclass(frozen=True)
 class BacklogReading:
     """The datapath's unread bytes, summed over `samples` samples."""
-    sockets: int
     total_bytes: int
     samples: int
     frame_bytes: int              # what one full frame is charged
@@ -75,18 +74,17 @@ class BacklogReading:
         return self.total_bytes / self.samples / self.frame_bytes / packets_per_s
 
 
-def sample_until_stdin_closes(mtu: int) -> BacklogReading:
-    """Sample every SAMPLE_S until a line or end of file on stdin (the
-    runner is done, or gone)."""
-    sockets = datapath_sockets()
+def sample_until_stdin_closes(sockets: frozenset[str]) -> tuple[int, int]:
+    """(bytes unread, summed over the samples; samples) of `sockets`, sampled
+    every SAMPLE_S until a line or end of file on stdin (the runner is done,
+    or gone)."""
     total = samples = 0
-    while sockets:
+    while True:
         unread = unread_bytes()
         total += sum(unread.get(inode, 0) for inode in sockets)
         samples += 1
         if select.select([sys.stdin], [], [], SAMPLE_S)[0]:
-            break
-    return BacklogReading(len(sockets), total, samples, frame_truesize(mtu))
+            return total, samples
 
 
 class UnreadSampler:
@@ -98,10 +96,11 @@ class UnreadSampler:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        if not datapath_sockets():         # AF_XDP ports: nothing to sample
+        sockets = datapath_sockets()
+        if not sockets:                    # AF_XDP ports: nothing to sample
             return
         self.process = subprocess.Popen(
-            [sys.executable, '-m', 'testbed.workload.unread_backlog', str(self.mtu)],
+            [sys.executable, '-m', 'testbed.workload.unread_backlog', *sorted(sockets)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def stop(self) -> BacklogReading | None:
@@ -114,9 +113,10 @@ class UnreadSampler:
         except subprocess.TimeoutExpired:
             return None
         fields = [int(x) for x in out.split()]
-        if self.process.returncode or len(fields) != 4:
+        if self.process.returncode or len(fields) != 2:
             return None
-        return BacklogReading(*fields)
+        total_bytes, samples = fields
+        return BacklogReading(total_bytes, samples, frame_truesize(self.mtu))
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -135,6 +135,5 @@ def watched(mtu: int) -> Iterator[UnreadSampler]:
         sampler.close()
 
 
-if __name__ == '__main__':
-    done = sample_until_stdin_closes(int(sys.argv[1]))
-    print(done.sockets, done.total_bytes, done.samples, done.frame_bytes)
+if __name__ == '__main__':                 # argv: the sockets' inodes
+    print(*sample_until_stdin_closes(frozenset(sys.argv[1:])))

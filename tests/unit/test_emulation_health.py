@@ -220,7 +220,7 @@ def test_the_gate_reads_the_datapaths_unread_backlog_as_a_wait():
     frame = frame_truesize(1500)
     verdicts = {}
     for frames in (200, 20):
-        backlog = BacklogReading(160, 3 * frames * frame, 3, frame)
+        backlog = BacklogReading(3 * frames * frame, 3, frame)
         verdicts[frames] = health_between(start, end, [], backlog=backlog,
                                           round_trip_ports=8)
         assert verdicts[frames]['datapath_unread_wait_s'] == pytest.approx(frames * 8e-5)
@@ -231,6 +231,6 @@ def test_the_gate_reads_the_datapaths_unread_backlog_as_a_wait():
         "the fabric does not model; limit 10.0 ms)"]
     # Nothing sampled (an AF_XDP fabric has no packet sockets), or no reading
     # at all: not measured.
-    for backlog in (BacklogReading(0, 0, 0, frame), None):
+    for backlog in (BacklogReading(0, 0, frame), None):
         unseen = health_between(start, end, [], backlog=backlog, round_trip_ports=8)
         assert unseen['datapath_unread_wait_s'] is None and unseen['trusted']

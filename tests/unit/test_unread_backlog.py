@@ -49,7 +49,7 @@ def test_a_full_frame_is_charged_its_truesize(mtu):
 def test_the_wait_is_frames_waiting_over_frames_read():
     frame = frame_truesize(1500)
     # 50 frames waiting on average while 25,000 are read a second: 2 ms each.
-    assert BacklogReading(160, 4 * 50 * frame, 4, frame).wait_per_port_s(25_000) == \
+    assert BacklogReading(4 * 50 * frame, 4, frame).wait_per_port_s(25_000) == \
         pytest.approx(0.002)
-    assert BacklogReading(0, 0, 0, frame).wait_per_port_s(25_000) is None
-    assert BacklogReading(160, 0, 4, frame).wait_per_port_s(0) is None
+    assert BacklogReading(0, 0, frame).wait_per_port_s(25_000) is None
+    assert BacklogReading(0, 4, frame).wait_per_port_s(0) is None
