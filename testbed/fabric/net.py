@@ -186,11 +186,18 @@ class FabricNet:
 
     def set_link(self, a: str, b: str, up: bool) -> None:
         """Bring the link between two nodes down or up (both ends), as
-        Mininet's `link a b down` does. Flow tables are not touched."""
+        Mininet's `link a b down` does (on a staged fabric, both stages).
+        Flow tables are not touched."""
         assert self.net is not None
-        if not self.net.linksBetween(self.net[a], self.net[b]):
+        links = self.net.linksBetween(self.net[a], self.net[b])
+        if not links:
             raise FabricError('no link between %s and %s' % (a, b))
-        self.net.configLinkStatus(a, b, 'up' if up else 'down')
+        link = links[0]
+        if isinstance(link, port_stage.StagedLink):
+            port_stage.cut(link.stages(), [(i.node.name, i.name) for i in (link.intf1, link.intf2)
+                                           if i.node.name not in self.plan.hosts], up)
+        else:
+            self.net.configLinkStatus(a, b, 'up' if up else 'down')
 
     def _root_links(self) -> list[str]:
         """Switch ports, link stages and bridge taps: our links in the root

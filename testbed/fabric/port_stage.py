@@ -27,7 +27,9 @@ program counting the same ~13,160 packets on both
 from __future__ import annotations
 
 from mininet.util import makeIntfPair, quietRun
+from pyroute2 import IPRoute
 
+from testbed.fabric import port_config
 from testbed.topologies.link_params import SizedIntf, SizedLink
 
 STAGE_SUFFIX = 's'
@@ -105,6 +107,32 @@ def stage_links(topo) -> None:
 def stages(links) -> list[str]:
     """The stage devices of a network's links."""
     return [s for link in links if isinstance(link, StagedLink) for s in link.stages()]
+
+
+def cut(stages: list[str], switch_ports: list[tuple[str, str]], up: bool) -> None:
+    """Take a staged link down, or bring it back: `stages`, its two stage
+    devices, admin down or up, and `switch_ports`, its (bridge, port) ends on
+    switches, kept admin up but made to drop inside OVS while it is down.
+
+    Down cannot be the AF_XDP port's own admin state: a port taken admin-down
+    keeps what OVS sends it in its transmit ring and sends it all once back up
+    (on fattree,k=4,planes=2 at 5 Mbit/s, 200 pings sent into a switch down
+    for 4 s arrived at its end, 1.8 s late), a burst no failed link sends. Nor
+    only its carrier: the kernel then drops one frame per transmit call and
+    leaves the rest of a burst in the ring (34 of 40 probes arrived after the
+    link came back). So OVS stops sending first, then the stages go down and
+    every port on the link loses carrier, as the controller and the hosts'
+    port events expect; coming back, the reverse order."""
+    if not up:
+        port_config.set_forwarding(switch_ports, False)
+    with IPRoute() as ipr:
+        for stage in stages:
+            index = ipr.link_lookup(ifname=stage)
+            if not index:
+                raise RuntimeError('%s: no such stage device' % stage)
+            ipr.link('set', index=index[0], state='up' if up else 'down')
+    if up:
+        port_config.set_forwarding(switch_ports, True)
 
 
 def queue_of(intf) -> str:

@@ -310,12 +310,24 @@ class MrcCLI(CLI):
     def do_fail(self, line: str) -> None:
         """fail LINK | SWITCH | plane P | nic HOST P
         Take it down now, as a scenario's link_down, switch_down,
-        plane_down or nic_port_down does (admin-down of switch-side ports;
-        flow tables untouched). LINK is a-b or a b, e.g. p1a0x0-p1c0."""
+        plane_down or nic_port_down does (admin-down of switch-side ports, of
+        a staged link's stages with afxdp=1; flow tables untouched). LINK is
+        a-b or a b, e.g. p1a0x0-p1c0."""
         target, params = self._target(split_words(line))
         event = self._fault(down_kind(target), **params)
         output('%s down: %s\n' % (target_name(target, params),
                                    event['detail']))
+
+    def do_link(self, line: str) -> None:
+        """link NODE1 NODE2 up|down
+        Mininet's command, through FabricNet.set_link: with afxdp=1 the
+        link's stages go down, not its AF_XDP ports (those would keep what
+        OVS sends them and send it all when back up)."""
+        words = line.split()
+        if len(words) != 3 or words[2] not in ('up', 'down'):
+            error('usage: link NODE1 NODE2 up|down\n')
+            return
+        self.fab.set_link(words[0], words[1], words[2] == 'up')
 
     def do_restore(self, line: str) -> None:
         """restore LINK | SWITCH | plane P | nic HOST P | all

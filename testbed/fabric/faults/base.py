@@ -64,6 +64,12 @@ class FabricLink:
     def switch_ends(self) -> list[LinkEnd]:
         return [e for e in self.ends if e.pid is None]
 
+    @property
+    def staged(self) -> bool:
+        """Built with a stage between its ends (afxdp=1: testbed.fabric.port_stage),
+        which is where it is cut."""
+        return all(e.queue for e in self.ends)
+
 
 def _by_namespace(ends: Iterable[LinkEnd]) -> dict[int | None, list[LinkEnd]]:
     grouped: dict[int | None, list[LinkEnd]] = {}

@@ -79,7 +79,8 @@ def _flap_check(params: Mapping[str, Any]) -> tuple[str, str] | None:
 
 _KINDS = (
     FaultKind('link_down', 'link', (LINK,), 'the link goes down (admin-down of '
-              'its switch-side ports; flow tables untouched)', disruptive=True),
+              'its switch-side ports, or of its stages with AF_XDP ports; flow '
+              'tables untouched)', disruptive=True),
     FaultKind('link_up', 'link', (LINK,), 'the link comes back',
               undoes='link_down'),
     FaultKind('link_flap', 'link', (

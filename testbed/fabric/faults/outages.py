@@ -4,20 +4,28 @@
 switch-to-switch link; on a host link only the switch end, so the host's
 port sees carrier loss like a real NIC whose peer went dark. Taking the
 host end admin-down would make its kernel flush the port's IPv6 address,
-routes and static gateway neighbour, which a real NIC keeps. (On a staged
-fabric, afxdp=1, the host's port is paired with its stage: that goes down
-too.) A link is down while at least one fault holds it down, so overlapping
+routes and static gateway neighbour, which a real NIC keeps.
+
+On a staged fabric (afxdp=1, testbed/fabric/port_stage.py) the link's two
+stages go down instead, every port on it losing carrier, after OVS was told
+to drop what it would send into the link's switch ports: an AF_XDP port
+holds what it cannot send and sends it once back up (`port_stage.cut` says
+how that was measured), a burst of stale packets no failed link sends.
+
+A link is down while at least one fault holds it down, so overlapping
 faults (a link inside a downed plane, say) compose and undo independently.
 """
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 from pyroute2 import IPRoute
 
+from testbed.fabric import port_stage
+
 from testbed.fabric.faults.base import FabricLink, FaultError, _clock
-from testbed.fabric.port_stage import stage_name
 
 Holder = tuple  # who holds a link down: ('link',), ('switch', name), ...
 
@@ -133,35 +141,34 @@ class OutageFaults:
 
     def _set_admin(self, links: list[FabricLink], up: bool,
                    missing_ok: bool = False) -> None:
-        """Switch ports live in the root namespace: one netlink handle."""
+        """Links down or up: the switch-side ends' admin state, or a staged
+        link's cut (port_stage.cut). All in the root namespace."""
         if not links:
             return
         with IPRoute() as ipr:
-            for end in (e for l in links for e in l.switch_ends()):
+            for end in (e for l in links if not l.staged for e in l.switch_ends()):
                 index = ipr.link_lookup(ifname=end.intf)
                 if not index:
                     if missing_ok:
                         continue
                     raise FaultError('%s: no such interface' % end.where())
                 ipr.link('set', index=index[0], state='up' if up else 'down')
-            for stage in _host_stages(links):
-                index = ipr.link_lookup(ifname=stage)
-                if index:             # none on an unstaged fabric
-                    ipr.link('set', index=index[0], state='up' if up else 'down')
+        staged = [l for l in links if l.staged and not (missing_ok and _gone(l))]
+        if staged:
+            port_stage.cut([e.queue for l in staged for e in l.ends],
+                           [(e.node, e.intf) for l in staged for e in l.switch_ends()], up)
 
 
-def _host_stages(links: list[FabricLink]) -> list[str]:
-    """The stage names of the links' host ends. On a staged fabric (afxdp=1, port_stage) a
-    host's port is paired with its stage in the root namespace, not with the switch port:
-    the switch end going down would leave the host's carrier up. Its stage goes down with
-    it, and the host sees carrier loss as on any fabric."""
-    stages = []
-    for end in (e for l in links for e in l.ends if e.pid is not None):
-        try:
-            stages.append(stage_name(end.intf))
-        except ValueError:        # a name too long for a stage: no stage was made
-            continue
-    return stages
+def _cut_devices(link: FabricLink) -> list[str]:
+    """What goes admin-down to take the link down: its switch-side ends, or
+    the two stages of a staged link."""
+    return [e.queue for e in link.ends] if link.staged else \
+        [e.intf for e in link.switch_ends()]
+
+
+def _gone(link: FabricLink) -> bool:
+    """A staged link whose stages a stopped fabric took with it."""
+    return not all(os.path.exists('/sys/class/net/' + e.queue) for e in link.ends)
 
 
 def _admin_detail(state: str, changed: list[FabricLink], total: int) -> str:
@@ -169,7 +176,7 @@ def _admin_detail(state: str, changed: list[FabricLink], total: int) -> str:
         return 'no link changed state (%d still held by other faults or ' \
                'already %s)' % (total, state)
     text = 'admin %s: %s' % (state, ', '.join(
-        e.intf for l in changed for e in l.switch_ends()))
+        name for l in changed for name in _cut_devices(l)))
     if len(changed) < total:
         text += ' (%d more held by other faults)' % (total - len(changed))
     return text
