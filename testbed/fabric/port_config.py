@@ -18,8 +18,8 @@ import os
 import socket
 import struct
 import subprocess
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 
 MGMT_SOCKET = '/var/run/openvswitch/%s.mgmt'
 OFP_VERSION = 0x04                      # OpenFlow 1.3
@@ -55,10 +55,12 @@ def set_forwarding(ports: Iterable[tuple[str, str]], forward: bool) -> None:
             sock = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
             sock.settimeout(REPLY_TIMEOUT_S)
             mods = [_port_mod(numbers[name], _mac(name), forward) for name in names]
-            _guarded(bridge, lambda: _send(sock, bridge, mods))
+            with _guarded(bridge):
+                _send(sock, bridge, mods)
             sent.append((bridge, sock))
         for bridge, sock in sent:
-            _guarded(bridge, lambda: _wait_barrier(sock, bridge))
+            with _guarded(bridge):
+                _wait_barrier(sock, bridge)
 
 
 def _port_mod(port_no: int, mac: bytes, forward: bool) -> bytes:
@@ -85,9 +87,11 @@ def _wait_barrier(sock: socket.socket, bridge: str) -> None:
     raise PortConfigError('%s: the connection closed before the barrier reply' % bridge)
 
 
-def _guarded(bridge: str, step: Callable[[], None]) -> None:
+@contextmanager
+def _guarded(bridge: str) -> Iterator[None]:
+    """A socket's error as this module's, naming the bridge."""
     try:
-        step()
+        yield
     except OSError as err:
         raise PortConfigError('%s: %s' % (bridge, err)) from err
 

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from pyroute2 import IPRoute
 
 from testbed.fabric import port_stage
-
 from testbed.fabric.faults.base import FabricLink, FaultError, _clock
 
 Holder = tuple  # who holds a link down: ('link',), ('switch', name), ...
