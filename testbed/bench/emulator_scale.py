@@ -775,8 +775,8 @@ def say_fidelity(ctx: BenchContext, row: dict) -> None:
 
 def unread_wait(row: dict) -> str:
     """The round-trip wait in the datapath's unread sockets, in ms and base
-    RTTs of the trial's fabric; '—' where it was not measured (AF_XDP
-    ports, or a run before it was)."""
+    RTTs of the trial's fabric; '—' where it was not measured (a run before
+    it was)."""
     wait = row['health'].get('datapath_unread_wait_s')
     if wait is None:
         return '—'
@@ -1010,8 +1010,8 @@ def gate_sentence(trusted: list[dict], short: list[dict]) -> str:
             f"limits — {BUSY_LIMIT:.0%} of the machine, {PROCESS_LIMIT:.0%} of "
             f"one core, {1e3 * UNREAD_WAIT_LIMIT_S:g} ms of unread wait — "
             f"packets can still wait where the fabric does not model a queue "
-            f"and the gate does not look (what waits in `{STAGED}` ports' "
-            f"AF_XDP rings, for one), long enough for NSCC to back off. Read "
+            f"and the gate does not look (the veths' and the kernel's own "
+            f"backlogs, for one), long enough for NSCC to back off. Read "
             f"those rows by the goodput column.")
 
 

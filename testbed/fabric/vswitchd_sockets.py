@@ -4,7 +4,11 @@ switch port, which the datapath reads, and one that only sends). Light: no
 Mininet, so the health gate and its sampler can use it."""
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import socket
+import struct
 from typing import NamedTuple
 
 VSWITCHD_PIDFILE = '/var/run/openvswitch/ovs-vswitchd.pid'
@@ -45,3 +49,80 @@ def packet_sockets() -> list[PacketSocket]:
         rows = [line.split() for line in table.readlines()[1:]]
     return [PacketSocket(row[8], int(row[3], 16), int(row[4]), int(row[6]))
             for row in rows if len(row) >= 9]
+
+
+# AF_XDP (linux/if_xdp.h): ovs-vswitchd reads each `afxdp` switch port from the
+# receive ring of an AF_XDP socket, memory the kernel and the process share.
+AF_XDP = 44
+SOL_XDP = 283
+XDP_MMAP_OFFSETS = 1
+XDP_PGOFF_RX_RING = 0
+MMAP_OFFSETS = struct.Struct('=16Q')   # rx, tx, fill, completion: producer, consumer, desc, flags
+SYS_PIDFD_GETFD = 438                  # the same number on x86_64 and arm64
+RING_HEAD_BYTES = 4096                 # the ring's counters sit before its descriptors
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class XskRxRing:
+    """The receive ring of one of ovs-vswitchd's AF_XDP sockets, mapped read-only
+    into this process from a copy of its descriptor: `waiting()` is how many
+    frames the kernel has put there that the PMD thread has not taken yet."""
+
+    def __init__(self, fd: int) -> None:
+        try:
+            offsets = MMAP_OFFSETS.unpack(_getsockopt(fd, SOL_XDP, XDP_MMAP_OFFSETS,
+                                                      MMAP_OFFSETS.size))
+            self.ring = mmap.mmap(fd, RING_HEAD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ,
+                                  offset=XDP_PGOFF_RX_RING)
+        finally:
+            os.close(fd)        # the mapping keeps the ring
+        self.producer, self.consumer = offsets[0], offsets[1]
+
+    def waiting(self) -> int:
+        produced, consumed = (struct.unpack_from('=I', self.ring, off)[0]
+                              for off in (self.producer, self.consumer))
+        return (produced - consumed) & 0xFFFFFFFF
+
+    def close(self) -> None:
+        self.ring.close()
+
+
+def xsk_rx_rings(pid: int) -> list[XskRxRing]:
+    """The receive rings of every AF_XDP socket of process `pid` (one per
+    `afxdp` switch port), its descriptors copied with pidfd_getfd(2) (root)."""
+    pidfd = os.pidfd_open(pid)
+    rings = []
+    try:
+        for fd in socket_fds(pid).values():
+            copy = LIBC.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+            if copy < 0:
+                continue                  # closed meanwhile
+            if not _is_xsk(copy):
+                os.close(copy)
+                continue
+            try:
+                rings.append(XskRxRing(copy))
+            except OSError:               # no receive ring (a socket only sending)
+                continue
+    finally:
+        os.close(pidfd)
+    return rings
+
+
+def _is_xsk(fd: int) -> bool:
+    try:
+        domain = _getsockopt(fd, socket.SOL_SOCKET, socket.SO_DOMAIN, 4)
+    except OSError:
+        return False
+    return int.from_bytes(domain, 'little') == AF_XDP
+
+
+def _getsockopt(fd: int, level: int, option: int, size: int) -> bytes:
+    """getsockopt(2) on a bare descriptor: Python's socket objects refuse an
+    AF_XDP one (it has no address to report)."""
+    value = ctypes.create_string_buffer(size)
+    length = ctypes.c_uint32(size)
+    if LIBC.getsockopt(fd, level, option, value, ctypes.byref(length)) < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return value.raw[:length.value]

@@ -1,32 +1,37 @@
-"""What waits unread in the userspace datapath's packet sockets during a run.
+"""What waits unread in the userspace datapath's sockets during a run.
 
 Everything about that queue lives here: which sockets, how they are sampled,
 and how their backlog is read as a wait. Each `system` switch port is read by
-ovs-vswitchd through a packet socket; when its thread falls behind, packets
-wait there before the port's modelled queue (HTB and the switch-port
-program) sees them: a queue the fabric does not model, which adds to every
-RTT. The kernel drops from such a socket only once its buffer is full (the
-health gate counts those drops); the wait comes long before.
+ovs-vswitchd through a packet socket, each `afxdp` one through an AF_XDP
+socket's receive ring; when its thread falls behind, packets wait there
+before the port's modelled queue (HTB and the switch-port program) sees
+them: a queue the fabric does not model, which adds to every RTT. The kernel
+drops from such a socket only once its buffer or ring is full (the health
+gate counts those drops); the wait comes long before.
 
-A process of its own samples the sockets (`python -m
-testbed.workload.unread_backlog INODE...`, an `UnreadSampler`). Sampled from a
+A process of its own samples them (`python -m testbed.workload.unread_backlog
+INODE...` for packet sockets, `... --xsk` for the rings; an `UnreadSampler`):
+a packet socket's unread bytes from /proc/net/packet, a ring's frames from its
+producer and consumer counters, mapped from a copy of ovs-vswitchd's
+descriptor (testbed.fabric.vswitchd_sockets.XskRxRing). Sampled from a
 thread of the endpoint loop's process, the samples fell where that loop let
 them: on the same permutation at 5 Mbit/s they read 1.8 ms a round trip,
-this process 4.7 ms. Where the datapath has no packet sockets (AF_XDP ports)
-nothing is sampled.
+this process 4.7 ms.
 """
 from __future__ import annotations
 
 import select
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from testbed.fabric.vswitchd_sockets import packet_sockets, socket_fds, vswitchd_pid
+from testbed.fabric.vswitchd_sockets import (packet_sockets, socket_fds, vswitchd_pid,
+                                             xsk_rx_rings)
 
 SAMPLE_S = 0.02               # a /proc/net/packet read costs ~0.2 ms
+XSK = '--xsk'                 # the sampler's argument for AF_XDP rings
 STOP_TIMEOUT_S = 2.0
 
 
@@ -58,33 +63,48 @@ def datapath_sockets() -> frozenset[str]:
 
 @dataclass(frozen=True)
 class BacklogReading:
-    """The datapath's unread bytes, summed over `samples` samples."""
-    total_bytes: int
+    """The datapath's backlog, summed over `samples` samples: bytes unread in
+    packet sockets (`system` ports), or frames in AF_XDP receive rings."""
+    total: int
     samples: int
-    frame_bytes: int              # what one full frame is charged
+    frame_bytes: int              # what one full frame counts in `total`: 1 in a ring
 
     def wait_per_port_s(self, packets_per_s: float) -> float | None:
         """The mean time a packet waited unread at each switch port it
         crossed (Little's law: frames waiting over frames read a second, the
-        datapath's lookups being one a packet and port). Smaller frames are
-        charged fewer bytes, so SACKs count for less than they are: a lower
-        bound. None where nothing was sampled."""
+        datapath's lookups being one a packet and port). In a socket smaller
+        frames are charged fewer bytes, so SACKs count for less than they
+        are there: a lower bound. None where nothing was sampled."""
         if not self.samples or packets_per_s <= 0:
             return None
-        return self.total_bytes / self.samples / self.frame_bytes / packets_per_s
+        return self.total / self.samples / self.frame_bytes / packets_per_s
 
 
-def sample_until_stdin_closes(sockets: frozenset[str]) -> tuple[int, int]:
-    """(bytes unread, summed over the samples; samples) of `sockets`, sampled
+def sample_until_stdin_closes(read: Callable[[], int]) -> tuple[int, int]:
+    """(what `read` returned, summed over the samples; samples), sampled
     every SAMPLE_S until a line or end of file on stdin (the runner is done,
     or gone)."""
     total = samples = 0
     while True:
-        unread = unread_bytes()
-        total += sum(unread.get(inode, 0) for inode in sockets)
+        total += read()
         samples += 1
         if select.select([sys.stdin], [], [], SAMPLE_S)[0]:
             return total, samples
+
+
+def packet_socket_reader(sockets: frozenset[str]) -> Callable[[], int]:
+    """Bytes unread in these packet sockets, now."""
+    def read() -> int:
+        unread = unread_bytes()
+        return sum(unread.get(inode, 0) for inode in sockets)
+    return read
+
+
+def xsk_ring_reader() -> Callable[[], int]:
+    """Frames waiting in the receive rings of ovs-vswitchd's AF_XDP sockets, now."""
+    pid = vswitchd_pid()
+    rings = xsk_rx_rings(pid) if pid else []
+    return lambda: sum(ring.waiting() for ring in rings)
 
 
 class UnreadSampler:
@@ -93,14 +113,18 @@ class UnreadSampler:
 
     def __init__(self, mtu: int) -> None:
         self.mtu = mtu
+        self.frame_bytes = frame_truesize(mtu)
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
+        """Samples the packet sockets of `system` ports, or where there are
+        none (`afxdp` ports) the AF_XDP sockets' receive rings."""
         sockets = datapath_sockets()
-        if not sockets:                    # AF_XDP ports: nothing to sample
-            return
+        # A ring holds frames, a socket buffer bytes charged per frame.
+        self.frame_bytes = frame_truesize(self.mtu) if sockets else 1
         self.process = subprocess.Popen(
-            [sys.executable, '-m', 'testbed.workload.unread_backlog', *sorted(sockets)],
+            [sys.executable, '-m', 'testbed.workload.unread_backlog',
+             *(sorted(sockets) or [XSK])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def stop(self) -> BacklogReading | None:
@@ -115,8 +139,8 @@ class UnreadSampler:
         fields = [int(x) for x in out.split()]
         if self.process.returncode or len(fields) != 2:
             return None
-        total_bytes, samples = fields
-        return BacklogReading(total_bytes, samples, frame_truesize(self.mtu))
+        total, samples = fields
+        return BacklogReading(total, samples, self.frame_bytes)
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -135,5 +159,7 @@ def watched(mtu: int) -> Iterator[UnreadSampler]:
         sampler.close()
 
 
-if __name__ == '__main__':                 # argv: the sockets' inodes
-    print(*sample_until_stdin_closes(frozenset(sys.argv[1:])))
+if __name__ == '__main__':                 # argv: the sockets' inodes, or XSK
+    print(*sample_until_stdin_closes(
+        xsk_ring_reader() if sys.argv[1:] == [XSK] else
+        packet_socket_reader(frozenset(sys.argv[1:]))))

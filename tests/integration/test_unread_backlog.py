@@ -1,15 +1,19 @@
-"""The health gate's unread backlog on a real fabric with `system` switch ports:
-what waits in ovs-vswitchd's packet sockets before it forwards it is read as a
-wait (testbed/workload/unread_backlog.py), within the gate's limit while the
+"""The health gate's unread backlog on a real fabric: what waits in
+ovs-vswitchd's packet sockets (`system` switch ports) or AF_XDP receive rings
+(`afxdp` ones) before it forwards it is read as a wait
+(testbed/workload/unread_backlog.py), within the gate's limit while the
 datapath keeps up and past it once the offered load outruns it."""
 from __future__ import annotations
 
 from contextlib import ExitStack
 
-from testbed.bench.emulator_scale import Probe, probed_fabric, send_paced
+import pytest
+
+from testbed.bench.emulator_scale import STAGED, Probe, probed_fabric, send_paced
 from testbed.bench.harness import scenario
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.fabric.net import FabricNet
+from testbed.fabric.vswitchd_sockets import vswitchd_pid, xsk_rx_rings
 from testbed.workload.emulation_health import (UNREAD_WAIT_LIMIT_S, HealthSample,
                                                health_between)
 from testbed.workload.runner import TransportRunner, fabric_spec
@@ -53,18 +57,43 @@ def test_packets_waiting_unread_in_the_datapaths_sockets_are_a_wait_the_gate_lim
     assert light['trusted'], light['reasons']
 
 
-def test_a_permutation_past_what_the_datapath_forwards_is_not_trusted():
+def test_frames_waiting_in_the_af_xdp_rings_are_read_the_same_way():
+    with ExitStack() as stack:
+        fab, probe = probed_fabric(SPEC, 'h1', 'h9', STAGED, stack)
+        plan = fab.plan
+        assert datapath_sockets() == frozenset()    # no port read through a packet socket
+        pid = vswitchd_pid()
+        assert pid is not None
+        rings = xsk_rx_rings(pid)
+        try:
+            # One AF_XDP socket, one receive queue, per switch port.
+            assert len(rings) == 2 * len(plan.links) + len(plan.host_ports)
+        finally:
+            for ring in rings:
+                ring.close()
+        # The same twentieth of what the `system` ports forward, a
+        # seventieth of the AF_XDP ports' ~350k packet-hops/s (BENCHMARKS.md
+        # section 6): the PMD thread empties each ring at every turn.
+        light = health_of_sending(probe, 1_000)
+    assert light['datapath_unread_wait_s'] is not None, light
+    assert light['datapath_unread_wait_s'] < UNREAD_WAIT_LIMIT_S, light
+    assert light['trusted'], light['reasons']
+
+
+@pytest.mark.parametrize('spec', [SPEC, SPEC + ',afxdp=1'], ids=['system', 'afxdp'])
+def test_a_permutation_past_what_the_datapath_forwards_is_not_trusted(spec):
     """MRC's 8-host permutation at 40 Mbit/s offers ~265k data packet-hops/s,
-    2.6x what the k=4 fat-tree's `system` ports forward without loss
-    (~100k): the sockets fill and every packet queues where the fabric
-    models no queue. The run's own sampler reads the wait, and the gate
-    names it."""
+    ~400k with its SACKs: 2.6x what the k=4 fat-tree's `system` ports forward
+    without loss (~100k), more than its `afxdp` ports do (~350k, BENCHMARKS.md
+    section 6). The sockets or rings fill and every packet queues where the
+    fabric models no queue. The run's own sampler reads the wait, and the
+    gate names it."""
     rate = 40.0
     hosts = ['h1', 'h2', 'h3', 'h4', 'h9', 'h10', 'h11', 'h12']
-    sc = scenario('unread-backlog', SPEC, rate,
+    sc = scenario('unread-backlog', spec, rate,
                   {'type': 'permutation', 'hosts': hosts, 'size_mb': 4.0},
                   duration_s=6.0, seed=500)
-    with FabricNet(fabric_spec(SPEC, rate)) as fab:
+    with FabricNet(fabric_spec(spec, rate)) as fab:
         run = TransportRunner(sc, 'mrc', 0, lambda _m: None).execute(
             lambda plan, rng: build_workload(sc.workload, plan.hosts, plan, rng),
             lambda f, log: FaultInjector(f, log), fab)
