@@ -100,11 +100,12 @@ def packet_socket_reader(sockets: frozenset[str]) -> Callable[[], int]:
     return read
 
 
-def xsk_ring_reader() -> Callable[[], int]:
-    """Frames waiting in the receive rings of ovs-vswitchd's AF_XDP sockets, now."""
+def xsk_ring_reader() -> Callable[[], int] | None:
+    """Frames waiting in the receive rings of ovs-vswitchd's AF_XDP sockets,
+    now; None where it has none (nothing to sample is not a backlog of 0)."""
     pid = vswitchd_pid()
     rings = xsk_rx_rings(pid) if pid else []
-    return lambda: sum(ring.waiting() for ring in rings)
+    return (lambda: sum(ring.waiting() for ring in rings)) if rings else None
 
 
 class UnreadSampler:
@@ -160,6 +161,8 @@ def watched(mtu: int) -> Iterator[UnreadSampler]:
 
 
 if __name__ == '__main__':                 # argv: the sockets' inodes, or XSK
-    print(*sample_until_stdin_closes(
-        xsk_ring_reader() if sys.argv[1:] == [XSK] else
-        packet_socket_reader(frozenset(sys.argv[1:]))))
+    reader = xsk_ring_reader() if sys.argv[1:] == [XSK] else \
+        packet_socket_reader(frozenset(sys.argv[1:]))
+    if reader is None:
+        sys.exit('no AF_XDP socket of ovs-vswitchd to sample')
+    print(*sample_until_stdin_closes(reader))
