@@ -51,9 +51,11 @@ UNREAD_WAIT_LIMIT_S = PROCESSING_RTT_S
 # highest rate of MRC's permutation sweep on `system` switch ports whose
 # trial the gate above still trusted, and at which MRC kept its share of
 # ideal (5 Mbit/s: 8 senders x 2 planes x 5 Mbit/s through 5 switches); at
-# the next rate (10 Mbit/s, twice this) packets waited 15 ms a round trip
+# the next rate (10 Mbit/s, twice this) packets waited 20 ms a round trip
 # unread in the datapath's sockets and the gate rejected the trial (with
-# `afxdp=1` switch ports it trusted 10 Mbit/s). Shipped scenarios stay
+# `afxdp=1` switch ports, their AF_XDP rings read the same way, it also trusted
+# 5 Mbit/s and rejected 10, at 12.5 ms; with 3,500-byte packets on them it
+# trusted 10 Mbit/s, 28,490 data packet-hops/s). Shipped scenarios stay
 # within it (tests/unit/test_scenario.py also checks BENCHMARKS.md still
 # says this number: re-run the bench, then update it here).
 FAITHFUL_DATA_PACKET_HOPS_S = 33_113
