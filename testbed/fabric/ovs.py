@@ -26,7 +26,7 @@ from mininet.node import OVSSwitch
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.fabric.vswitchd_sockets import (VSWITCHD_PIDFILE, packet_sockets,
+from testbed.fabric.vswitchd_sockets import (VSWITCHD_PIDFILE, copied_fds, packet_sockets,
                                              socket_fds, vswitchd_pid)
 
 OVS_CTL = '/usr/share/openvswitch/scripts/ovs-ctl'
@@ -208,8 +208,6 @@ def _delete_bridges_offline(names: list[str]) -> None:
 # at its first transmit.
 TX_SNDBUF_BYTES = 32 << 20          # the kernel doubles it: 64 MiB of queue
 SO_SNDBUFFORCE = 32
-SYS_PIDFD_GETFD = 438               # the same number on every architecture
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _unbound_packet_sockets() -> set[str]:
@@ -233,15 +231,10 @@ def raise_tx_buffer(size: int = TX_SNDBUF_BYTES) -> int | None:
 
 
 def _set_sndbuf(pid: int, fd: int, size: int) -> int:
-    pidfd = os.pidfd_open(pid)
-    try:
-        local = _libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
-        if local < 0:
-            raise OSError(ctypes.get_errno(), 'pidfd_getfd(ovs-vswitchd fd %d)'
-                          % fd)
-    finally:
-        os.close(pidfd)
-    sock = socket.socket(fileno=local)      # a second handle on OVS's socket
+    local = copied_fds(pid, [fd])
+    if not local:
+        raise OSError(ctypes.get_errno(), 'pidfd_getfd(ovs-vswitchd fd %d)' % fd)
+    sock = socket.socket(fileno=local[0])   # a second handle on OVS's socket
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size)
         return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)

@@ -9,7 +9,10 @@ import mmap
 import os
 import socket
 import struct
+from collections.abc import Iterable
 from typing import NamedTuple
+
+from testbed.fabric.sockopt import getsockopt_into
 
 VSWITCHD_PIDFILE = '/var/run/openvswitch/ovs-vswitchd.pid'
 
@@ -70,8 +73,9 @@ class XskRxRing:
 
     def __init__(self, fd: int) -> None:
         try:
-            offsets = MMAP_OFFSETS.unpack(_getsockopt(fd, SOL_XDP, XDP_MMAP_OFFSETS,
-                                                      MMAP_OFFSETS.size))
+            raw = ctypes.create_string_buffer(MMAP_OFFSETS.size)
+            getsockopt_into(fd, SOL_XDP, XDP_MMAP_OFFSETS, raw)
+            offsets = MMAP_OFFSETS.unpack(raw.raw)
             self.ring = mmap.mmap(fd, RING_HEAD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ,
                                   offset=XDP_PGOFF_RX_RING)
         finally:
@@ -89,40 +93,35 @@ class XskRxRing:
 
 def xsk_rx_rings(pid: int) -> list[XskRxRing]:
     """The receive rings of every AF_XDP socket of process `pid` (one per
-    `afxdp` switch port), its descriptors copied with pidfd_getfd(2) (root)."""
-    pidfd = os.pidfd_open(pid)
+    `afxdp` switch port)."""
     rings = []
-    try:
-        for fd in socket_fds(pid).values():
-            copy = LIBC.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
-            if copy < 0:
-                continue                  # closed meanwhile
-            if not _is_xsk(copy):
-                os.close(copy)
-                continue
-            try:
-                rings.append(XskRxRing(copy))
-            except OSError:               # no receive ring (a socket only sending)
-                continue
-    finally:
-        os.close(pidfd)
+    for fd in copied_fds(pid, socket_fds(pid).values()):
+        if not _is_xsk(fd):
+            os.close(fd)
+            continue
+        try:
+            rings.append(XskRxRing(fd))
+        except OSError:               # no receive ring (a socket only sending)
+            continue
     return rings
 
 
-def _is_xsk(fd: int) -> bool:
+def copied_fds(pid: int, fds: Iterable[int]) -> list[int]:
+    """This process's copies of process `pid`'s descriptors `fds`
+    (pidfd_getfd(2), as root), for the caller to close; one closed meanwhile
+    is left out."""
+    pidfd = os.pidfd_open(pid)
     try:
-        domain = _getsockopt(fd, socket.SOL_SOCKET, socket.SO_DOMAIN, 4)
+        copies = [LIBC.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0) for fd in fds]
+    finally:
+        os.close(pidfd)
+    return [fd for fd in copies if fd >= 0]
+
+
+def _is_xsk(fd: int) -> bool:
+    domain = ctypes.create_string_buffer(4)
+    try:
+        getsockopt_into(fd, socket.SOL_SOCKET, socket.SO_DOMAIN, domain)
     except OSError:
         return False
-    return int.from_bytes(domain, 'little') == AF_XDP
-
-
-def _getsockopt(fd: int, level: int, option: int, size: int) -> bytes:
-    """getsockopt(2) on a bare descriptor: Python's socket objects refuse an
-    AF_XDP one (it has no address to report)."""
-    value = ctypes.create_string_buffer(size)
-    length = ctypes.c_uint32(size)
-    if LIBC.getsockopt(fd, level, option, value, ctypes.byref(length)) < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return value.raw[:length.value]
+    return struct.unpack('=i', domain.raw)[0] == AF_XDP

@@ -3,10 +3,11 @@ MPTCP's subflow table, /proc/net counters, interface byte counts."""
 from __future__ import annotations
 
 import ctypes
-import os
 import socket
 import struct
 from dataclasses import dataclass
+
+from testbed.fabric.sockopt import getsockopt_into
 
 IPPROTO_MPTCP = 262
 SOL_MPTCP = 284
@@ -17,8 +18,6 @@ TCP_INFO_SIZE = 232                 # struct tcp_info up to tcpi_snd_wnd
 SUBFLOW_ADDRS_SIZE = 256            # two struct __kernel_sockaddr_storage
 SUBFLOW_DATA_SIZE = 16              # struct mptcp_subflow_data
 MAX_SUBFLOWS = 16
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -35,18 +34,6 @@ class SubflowStats:
     total_retrans: int
     rtt_us: int
     cwnd: int
-
-
-def _getsockopt_into(sock: socket.socket, level: int, option: int,
-                     buf: ctypes.Array) -> int:
-    """getsockopt into a caller-initialised buffer: the MPTCP options read a
-    request header from it, and Python's getsockopt passes garbage."""
-    size = ctypes.c_uint32(ctypes.sizeof(buf))
-    if _libc.getsockopt(sock.fileno(), level, option, buf,
-                        ctypes.byref(size)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return size.value
 
 
 def _tcp_info_fields(raw: bytes) -> dict[str, int]:
@@ -71,7 +58,7 @@ def _subflow_array(sock: socket.socket, option: int, size_user: int
     buf = ctypes.create_string_buffer(SUBFLOW_DATA_SIZE +
                                       MAX_SUBFLOWS * size_user)
     struct.pack_into('IIII', buf, 0, SUBFLOW_DATA_SIZE, 0, 0, size_user)
-    _getsockopt_into(sock, SOL_MPTCP, option, buf)
+    getsockopt_into(sock.fileno(), SOL_MPTCP, option, buf)
     count = struct.unpack_from('I', buf, 4)[0]
     raw = buf.raw
     return count, [raw[SUBFLOW_DATA_SIZE + i * size_user:
