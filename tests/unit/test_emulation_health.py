@@ -229,8 +229,8 @@ def test_the_gate_reads_the_datapaths_unread_backlog_as_a_wait():
     assert verdicts[200]['reasons'] == [
         "packets waited 16.0 ms a round trip unread in the datapath's sockets (a queue "
         "the fabric does not model; limit 10.0 ms)"]
-    # Nothing sampled (an AF_XDP fabric has no packet sockets), or no reading
-    # at all: not measured.
+    # Nothing sampled, or no reading at all (the sampler found no socket or
+    # ring of ovs-vswitchd's to read): not measured.
     for backlog in (BacklogReading(0, 0, frame), None):
         unseen = health_between(start, end, [], backlog=backlog, round_trip_ports=8)
         assert unseen['datapath_unread_wait_s'] is None and unseen['trusted']
