@@ -84,6 +84,11 @@ BYPASS_FABRIC = ('leafspine,leaves=2,spines=2,hosts=1,planes=1,bw=10', 'h1', 'h2
 BYPASS_PPS, BYPASS_S = 300, 1.0   # 3.6 Mbit/s: under the links' rate, nothing queued
 CAPACITY_RATES = (5_000, 10_000, 20_000, 40_000, 80_000, 160_000, None)
 CAPACITY_STEP_S = 2.0
+# Every capacity fabric is measured this many times, one round of all fabrics after the
+# other, and read by the median: on this shared 2-core machine one knee search's loss-free
+# rate moved by a third from run to run (the afxdp=1 fat-tree: ~225k and ~350k packet-hops/s
+# in two runs), and a ratio between two fabrics is only side by side within a round.
+CAPACITY_ROUNDS = 3
 KNEE_STEPS = 3              # 40k..80k pkt/s: to within 5k
 DRAIN_S = 0.3               # packets still queued in the fabric arrive
 SEND_BATCH = 64
@@ -398,13 +403,16 @@ def measure_capacity(ctx: BenchContext) -> list[dict]:
     fabrics += [(*CAPACITY_FABRICS[-1], t) for t in (AFXDP, STAGED) if t in offered]
     rates = (20_000,) if ctx.quick else CAPACITY_RATES
     seconds = 1.0 if ctx.quick else CAPACITY_STEP_S
-    return [capacity_of(ctx, spec, src, dst, rates, seconds, port_type)
+    rounds = 1 if ctx.quick else CAPACITY_ROUNDS
+    return [{**capacity_of(ctx, spec, src, dst, rates, seconds, port_type,
+                           '(round %d of %d)' % (n + 1, rounds)), 'round': n}
+            for n in range(rounds)
             for spec, src, dst, port_type in (fabrics[:1] if ctx.quick else fabrics)]
 
 
 def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
                 rates: Sequence[int | None], seconds: float,
-                port_type: str = 'system') -> dict:
+                port_type: str = 'system', which: str = '') -> dict:
     points = []
     with ExitStack() as stack:
         fab, probe = probed_fabric(spec, src, dst, port_type, stack)
@@ -417,9 +425,10 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
         def measure(rate: int | None) -> dict:
             point = capacity_point(probe, rate, seconds)
             points.append(point)
-            ctx.say(KEY, '%s, %s ports: offered %s pkt/s, sent %.0f, delivered '
+            ctx.say(KEY, '%s, %s ports%s: offered %s pkt/s, sent %.0f, delivered '
                     '%.0f (%.1f%% lost), ovs-vswitchd %.0f%% of a core' % (
-                        spec, port_type, '%d' % rate if rate else 'max',
+                        spec, port_type, ' ' + which if which else '',
+                        '%d' % rate if rate else 'max',
                         point['sent_pps'], point['delivered_pps'],
                         100 * point['loss'], 100 * point['vswitchd_cpu']))
             return point
@@ -508,23 +517,29 @@ PORT_TYPE_TEXT = {
 
 def afxdp_note(capacities: list[dict]) -> str:
     """The same fabric with system and AF_XDP switch ports, side by side."""
-    rows = {port_type(c): c for c in capacities
-            if c['spec'] in (FIDELITY_TOPOLOGY, staged(FIDELITY_TOPOLOGY))}
-    system = rows.get('system')
-    if system is None or lossless(system) is None:
+    fat_trees = {port_type(rounds[0]): rounds for rounds in fabric_rounds(capacities)
+                 if rounds[0]['spec'] in (FIDELITY_TOPOLOGY, staged(FIDELITY_TOPOLOGY))}
+    system = fat_trees.get('system')
+    if system is None or not median_lossless(system):
         return ''
-    return '\n\n'.join(afxdp_versus(system, rows[t], t)
-                        for t in (AFXDP, STAGED) if t in rows and lossless(rows[t]))
+    return '\n\n'.join(afxdp_versus(system, fat_trees[t], t) for t in (AFXDP, STAGED)
+                        if t in fat_trees and median_lossless(fat_trees[t]))
 
 
-def afxdp_versus(system: dict, other: dict, kind: str) -> str:
-    clean = [lossless(c) for c in (system, other)]
-    low = [min(c['points'], key=lambda p: p['entered_pps']) for c in (system, other)]
+def afxdp_versus(system: list[dict], other: list[dict], kind: str) -> str:
+    """`other`'s loss-free rate over `system`'s: the median of the rounds' ratios, each
+    round's two fabrics measured one after the other."""
+    ratios = [lossless_hops(o) / lossless_hops(s)
+              for s, o in zip(system, other) if lossless_hops(s)]
+    per_round = (f" (median of {len(ratios)} rounds; per round "
+                 f"{', '.join('%.1f×' % r for r in ratios)})" if len(ratios) > 1 else '')
+    low = [min(rounds[0]['points'], key=lambda p: p['entered_pps'])
+           for rounds in (system, other)]
     return (f"- `{FIDELITY_TOPOLOGY}` with {PORT_TYPE_TEXT[kind]} against `system` "
             f"ports, side by side in this run: loss-free up to "
-            f"~{clean[1]['packet_hops_per_s']:,.0f} packet-hops/s against "
-            f"~{clean[0]['packet_hops_per_s']:,.0f} "
-            f"({clean[1]['packet_hops_per_s'] / clean[0]['packet_hops_per_s']:.1f}×), "
+            f"~{median_lossless(other):,.0f} packet-hops/s against "
+            f"~{median_lossless(system):,.0f}, "
+            f"**{statistics.median(ratios):.1f}×**{per_round}; "
             f"ovs-vswitchd at {low[1]['vswitchd_cpu']:.0%} of a core against "
             f"{low[0]['vswitchd_cpu']:.0%} at {low[0]['entered_pps']:,.0f} pkt/s: "
             f"an idle AF_XDP port costs a look at a ring in memory, an idle "
@@ -559,8 +574,36 @@ def port_type(c: dict) -> str:
     return c.get('port_type', 'system')     # raw data of a run before port types
 
 
-def system_ports(capacities: list[dict]) -> list[dict]:
-    return [c for c in capacities if port_type(c) == 'system']
+def fabric_rounds(capacities: list[dict]) -> list[list[dict]]:
+    """Each capacity fabric's rounds (CAPACITY_ROUNDS), in the order measured."""
+    fabrics: dict[tuple[str, str], list[dict]] = {}
+    for c in capacities:
+        fabrics.setdefault((c['spec'], port_type(c)), []).append(c)
+    return list(fabrics.values())
+
+
+def first_round(capacities: list[dict]) -> list[dict]:
+    return [c for c in capacities if c.get('round', 0) == 0]   # no 'round': one round
+
+
+def lossless_hops(capacity: dict) -> float:
+    clean = lossless(capacity)
+    return clean['packet_hops_per_s'] if clean else 0.0
+
+
+def median_lossless(rounds: list[dict]) -> float:
+    """One fabric's loss-free packet-hops/s, the median of its rounds (0: none)."""
+    return statistics.median(lossless_hops(c) for c in rounds)
+
+
+def median_peak(rounds: list[dict]) -> float:
+    return statistics.median(peak(c)['packet_hops_per_s'] for c in rounds)
+
+
+def system_ports(capacities: list[dict]) -> list[list[dict]]:
+    """The rounds of each fabric with `system` switch ports."""
+    return [rounds for rounds in fabric_rounds(capacities)
+            if port_type(rounds[0]) == 'system']
 
 
 def capacity_text(ctx: BenchContext, capacities: list[dict],
@@ -576,15 +619,15 @@ def capacity_text(ctx: BenchContext, capacities: list[dict],
           f"{p['packet_hops_per_s']:,.0f}", f"{p['machine_cpu_busy']:.0%}",
           f"{p['sender_cpu']:.0%}", f"{p['vswitchd_cpu']:.0%}",
           p['lost_upcalls'], 'saturated' if p['flagged'] else 'ok')
-         for c in capacities for p in c['points']])
+         for c in first_round(capacities) for p in c['points']])
     threads = ' and '.join(capacities[0]['datapath_threads']) or 'no thread'
     pmd = next((c for c in capacities if port_type(c) == STAGED), None)
     points = [p for c in capacities for p in c['points']]
     flat_out = [p['sent_pps'] for p in points if p['offered_pps'] is None]
     missed = [p for p in points if p['loss'] >= LOSSLESS and not p['flagged']]
     image = plot_capacity(ctx.images / 'bench_scale_capacity.png', capacities)
-    notes = [capacity_note(c) for c in capacities] + [afxdp_note(capacities),
-                                                        bypass_text(bypass)] + [
+    notes = [capacity_note(rounds) for rounds in fabric_rounds(capacities)] + [
+        afxdp_note(capacities), bypass_text(bypass)] + [
         f"- `ovs-appctl dpif-netdev/pmd-stats-show` lists the threads that "
         f"poll the datapath's ports: {threads}. Veth ports are `system` ports, "
         f"read through AF_PACKET sockets by the main thread, so one thread "
@@ -602,7 +645,7 @@ def capacity_text(ctx: BenchContext, capacities: list[dict],
     if missed:
         kinds = sorted({port_type(c) for c in capacities for p in c['points'] if p in missed})
         notes.append(
-            f"- The health gate passed {len(missed)} of these rows although "
+            f"- The health gate passed {len(missed)} rows of the rounds although "
             f"they lost ≥ {LOSSLESS:.0%} ({', '.join(kinds)} ports): a saturated "
             f"datapath thread shows neither as lost upcalls nor as a machine "
             f"above {BUSY_LIMIT:.0%} busy while the other core has room. The "
@@ -625,21 +668,46 @@ def capacity_text(ctx: BenchContext, capacities: list[dict],
         f"Ports: the datapath's switch ports. Machine CPU is the share of all "
         f"{os.cpu_count()} cores busy; sender and ovs-vswitchd CPU are shares "
         f"of one core. *Health gate*: the verdict the emulator-health check "
-        f"would give a trial with these counters.",
-        table, *[note for note in notes if note],
+        f"would give a trial with these counters. " + rounds_caption(capacities),
+        table, rounds_table(capacities), *[note for note in notes if note],
         f"![fabric packet capacity]({ctx.link(image)})"])
 
 
-def capacity_note(c: dict) -> str:
-    top, clean = peak(c), lossless(c)
+def rounds_caption(capacities: list[dict]) -> str:
+    rounds = len(fabric_rounds(capacities)[0])
+    if rounds == 1:
+        return ''
+    return (f"Each fabric was measured in {rounds} rounds, one round of every fabric "
+            f"after the other (the loss-free rate of one knee search moves by a third "
+            f"from run to run on this shared machine); the table shows the first "
+            f"round, the table after it every round's loss-free rate, and the notes "
+            f"below the rounds' medians.")
+
+
+def rounds_table(capacities: list[dict]) -> str:
+    fabrics = fabric_rounds(capacities)
+    count = max(len(rounds) for rounds in fabrics)
+    if count == 1:
+        return ''
+    return md_table(
+        ['fabric', *['loss-free, round %d' % (n + 1) for n in range(count)],
+         'loss-free, median', 'at most, median'],
+        [(f"{rounds[0]['spec']} ({port_type(rounds[0])} ports)",
+          *[f"{lossless_hops(c):,.0f}" for c in rounds],
+          *[''] * (count - len(rounds)),
+          f"{median_lossless(rounds):,.0f}", f"{median_peak(rounds):,.0f}")
+         for rounds in fabrics])
+
+
+def capacity_note(rounds: list[dict]) -> str:
+    c = rounds[0]
+    top, clean = median_peak(rounds), median_lossless(rounds)
     slowest = min(c['points'], key=lambda p: p['entered_pps'])
     return (f"- `{c['spec']}` ({c['ports']} {port_type(c)} ports), {c['src']} → "
             f"{c['dst']} "
             f"over {c['hops']} switches: at most "
-            f"~{top['packet_hops_per_s']:,.0f} packet-hops/s "
-            f"({top['delivered_pps']:,.0f} pkt/s)" + (
-                f", loss-free (< {LOSSLESS:.0%}) up to "
-                f"~{clean['packet_hops_per_s']:,.0f}" if clean else '') +
+            f"~{top:,.0f} packet-hops/s ({top / c['hops']:,.0f} pkt/s)" + (
+                f", loss-free (< {LOSSLESS:.0%}) up to ~{clean:,.0f}" if clean else '') +
             f"; ovs-vswitchd used {slowest['vswitchd_cpu']:.0%} of a core "
             f"already at {slowest['entered_pps']:,.0f} pkt/s.")
 
@@ -648,16 +716,22 @@ def plot_capacity(path: Path, capacities: list[dict]) -> Path:
     fig, ax = plt.subplots(figsize=(8, 4))
     top = max(p['entered_pps'] for c in capacities for p in c['points'])
     ax.plot([0, top], [0, top], '--', color='grey', label='no loss')
-    for c in capacities:
-        points = sorted(c['points'], key=lambda p: p['entered_pps'])
-        ax.plot([p['entered_pps'] for p in points],
-                [p['delivered_pps'] for p in points], 'o-',
-                label='%s, %s ports, %d switch hops' % (c['spec'], port_type(c),
-                                                        c['hops']))
+    for rounds in fabric_rounds(capacities):
+        color = None
+        for c in rounds:
+            points = sorted(c['points'], key=lambda p: p['entered_pps'])
+            line, = ax.plot([p['entered_pps'] for p in points],
+                            [p['delivered_pps'] for p in points], 'o-', color=color,
+                            alpha=1.0 if color is None else 0.4, label=None if color else
+                            '%s, %s ports, %d switch hops' % (c['spec'], port_type(c),
+                                                              c['hops']))
+            color = line.get_color()
     ax.set_xlabel('packets/s entering the fabric (%d-byte frames)'
                   % PROBE_FRAME_BYTES)
     ax.set_ylabel('packets/s delivered')
-    ax.set_title('Unshaped fabrics: what the userspace datapath forwards')
+    ax.set_title('Unshaped fabrics: what the userspace datapath forwards'
+                 + ('' if len(fabric_rounds(capacities)[0]) == 1 else
+                    ' (later rounds pale)'))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return charts.save(fig, path)
@@ -851,7 +925,8 @@ def fidelity_text(all_rows: list[dict], capacities: list[dict],
           r['attempts'], 'trusted' if r['trusted'] else
           'rejected: ' + '; '.join(r['health']['reasons']))
          for r in all_rows])
-    fat_tree = [c for c in system_ports(capacities) if c['spec'] == FIDELITY_TOPOLOGY]
+    fat_tree = [rounds for rounds in system_ports(capacities)
+                if rounds[0]['spec'] == FIDELITY_TOPOLOGY]
     return '\n\n'.join(part for part in [
         '### Where fidelity stops',
         COMMAND,
@@ -875,8 +950,7 @@ def fidelity_text(all_rows: list[dict], capacities: list[dict],
         f"with the default scenario's MTU too ({data_frame_bytes(DEFAULT_MTU):,}-byte "
         f"frames, {max_payload(DEFAULT_MTU):,} bytes of payload).",
         table,
-        verdict_paragraph(rows, fat_tree[0] if fat_tree else None,
-                          sacks_per_data),
+        verdict_paragraph(rows, fat_tree[0] if fat_tree else None, sacks_per_data),
         staged_paragraph(rows, staged_rows),
         default_fabric_paragraph(default_rows),
         bigger_machine_paragraph(capacities, endpoint, rows)] if part)
@@ -934,8 +1008,9 @@ def staged_paragraph(rows: list[dict], staged_rows: list[dict]) -> str:
                 if endpoint_bound else ''))
 
 
-def verdict_paragraph(rows: list[dict], fat_tree: dict | None,
+def verdict_paragraph(rows: list[dict], fat_tree: list[dict] | None,
                       sacks_per_data: float) -> str:
+    """`fat_tree`: the rounds of the capacity sweep's fat-tree with system ports."""
     base = rows[0]
     short = past_the_limit(rows)
     if not short:
@@ -949,9 +1024,9 @@ def verdict_paragraph(rows: list[dict], fat_tree: dict | None,
     budget = kept[-1]['offered_packet_hops']
     with_sacks = 1 + sacks_per_data
     carried = max(r['data_packet_hops'] for r in rows)
-    bare = (f"; the bare fat-tree forwards ~{lossless(fat_tree)['packet_hops_per_s']:,.0f} "
+    bare = (f"; the bare fat-tree forwards ~{median_lossless(fat_tree):,.0f} "
             f"packet-hops/s without loss (capacity table)"
-            if fat_tree and lossless(fat_tree) else '')
+            if fat_tree and median_lossless(fat_tree) else '')
     trusted = [r for r in short if r['trusted']]
     return ' '.join([
         f"**Where the 2-core emulator stops being faithful.** At "
@@ -1031,12 +1106,12 @@ def contention(short: list[dict]) -> str:
 def bigger_machine_paragraph(capacities: list[dict], endpoint: dict,
                              rows: list[dict]) -> str:
     threads = ' and '.join(capacities[0]['datapath_threads']) or 'one thread'
-    by_ports = sorted(system_ports(capacities), key=lambda c: c['ports'])
+    by_ports = sorted(system_ports(capacities), key=lambda rounds: rounds[0]['ports'])
     trend = (f" Its ceiling also falls as the fabric grows: "
-             f"~{peak(by_ports[0])['packet_hops_per_s']:,.0f} packet-hops/s "
-             f"with {by_ports[0]['ports']} ports, "
-             f"~{peak(by_ports[-1])['packet_hops_per_s']:,.0f} with "
-             f"{by_ports[-1]['ports']}, consistent with one thread serving "
+             f"~{median_peak(by_ports[0]):,.0f} packet-hops/s "
+             f"with {by_ports[0][0]['ports']} ports, "
+             f"~{median_peak(by_ports[-1]):,.0f} with "
+             f"{by_ports[-1][0]['ports']}, consistent with one thread serving "
              f"every port."
              if len(by_ports) > 1 else '')
     nscc = endpoint['nscc']
