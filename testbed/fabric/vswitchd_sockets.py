@@ -83,9 +83,18 @@ class XskRxRing:
         self.producer, self.consumer = offsets[0], offsets[1]
 
     def waiting(self) -> int:
-        produced, consumed = (struct.unpack_from('=I', self.ring, off)[0]
-                              for off in (self.producer, self.consumer))
+        # The consumer counter first: the PMD thread moves it on while this reads, and a
+        # producer read before it could then lie behind it (seen in a bench trial, the
+        # sampler likely preempted between its two reads: one such reading, taken modulo
+        # 2**32, made the round trip's wait 2,179 s). Read in this order the difference
+        # is never negative (consumed <= produced at any time, and produced only grows);
+        # the counters are free-running u32s, hence the modulo.
+        consumed = self.counter(self.consumer)
+        produced = self.counter(self.producer)
         return (produced - consumed) & 0xFFFFFFFF
+
+    def counter(self, offset: int) -> int:
+        return struct.unpack_from('=I', self.ring, offset)[0]
 
     def close(self) -> None:
         self.ring.close()

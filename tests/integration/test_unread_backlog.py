@@ -72,7 +72,7 @@ def test_frames_waiting_in_the_af_xdp_rings_are_read_the_same_way():
             for ring in rings:
                 ring.close()
         # The same twentieth of what the `system` ports forward, a
-        # seventieth of the AF_XDP ports' ~350k packet-hops/s (BENCHMARKS.md
+        # sixtieth of the AF_XDP ports' ~300k packet-hops/s (BENCHMARKS.md
         # section 6): the PMD thread empties each ring at every turn.
         light = health_of_sending(probe, 1_000)
     assert light['datapath_unread_wait_s'] is not None, light
@@ -84,7 +84,7 @@ def test_frames_waiting_in_the_af_xdp_rings_are_read_the_same_way():
 def test_a_permutation_past_what_the_datapath_forwards_is_not_trusted(spec):
     """MRC's 8-host permutation at 40 Mbit/s offers ~265k data packet-hops/s,
     ~400k with its SACKs: 2.6x what the k=4 fat-tree's `system` ports forward
-    without loss (~100k), more than its `afxdp` ports do (~350k, BENCHMARKS.md
+    without loss (~100k), more than its `afxdp` ports do (~300k, BENCHMARKS.md
     section 6). The sockets or rings fill and every packet queues where the
     fabric models no queue. The run's own sampler reads the wait, and the
     gate names it."""
