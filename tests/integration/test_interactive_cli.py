@@ -14,6 +14,7 @@ from testbed.fabric.host_decap import kernel_seg6local
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
 from testbed.nic.emulated_timescale import ACTIVE_EVS
+from tests.integration.children import default_sigint
 from tests.integration.leaks import leaked
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ class Terminal:
         self.child = pexpect.spawn(
             sys.executable, ['-m', 'testbed.cli', 'cli', '--topo', topo],
             cwd=str(REPO), encoding='utf-8', dimensions=(60, 220),
-            env=dict(os.environ, TERM='vt100'), timeout=60)
+            env=dict(os.environ, TERM='vt100'), timeout=60, preexec_fn=default_sigint)
         self.screen = ''
         self.child.expect_exact(PROMPT, timeout=BUILD_TIMEOUT_S)
         self.screen += self.child.before
@@ -67,7 +68,9 @@ class Terminal:
         elif keys == 'cc':
             # As a person would: the first Ctrl-C a moment after the prompt
             # is up (complete() pauses as long after typing), the second after the first's
-            # notice. Two signals the process has not yet taken count as one.
+            # notice. Two signals the process has not yet taken count as one. (The CLI
+            # starts with SIGINT at its default, whoever started pytest: see
+            # tests/integration/children.py.)
             time.sleep(0.5)
             self.child.sendcontrol('c')
             self.child.expect_exact('Ctrl-C again', timeout=30)

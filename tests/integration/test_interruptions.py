@@ -13,17 +13,10 @@ import yaml
 
 from testbed.fabric import ovs
 from testbed.fabric.clean import leftovers
+from tests.integration.children import default_sigint
 from tests.integration.leaks import leaked
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def default_sigint():
-    """In the child before it runs: SIGINT back to its default. A shell
-    that starts pytest in the background (`nohup pytest ... &`) makes it
-    ignored, and a Python started with SIGINT ignored never turns it into
-    KeyboardInterrupt: the signal would not land."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_fabric(timeout_s=60):
