@@ -404,16 +404,17 @@ def measure_capacity(ctx: BenchContext) -> list[dict]:
     rates = (20_000,) if ctx.quick else CAPACITY_RATES
     seconds = 1.0 if ctx.quick else CAPACITY_STEP_S
     rounds = 1 if ctx.quick else CAPACITY_ROUNDS
-    return [{**capacity_of(ctx, spec, src, dst, rates, seconds, port_type,
-                           '(round %d of %d)' % (n + 1, rounds)), 'round': n}
+    return [capacity_of(ctx, spec, src, dst, rates, seconds, port_type, (n, rounds))
             for n in range(rounds)
             for spec, src, dst, port_type in (fabrics[:1] if ctx.quick else fabrics)]
 
 
 def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
                 rates: Sequence[int | None], seconds: float,
-                port_type: str = 'system', which: str = '') -> dict:
+                port_type: str = 'system', round_of: tuple[int, int] = (0, 1)) -> dict:
+    """`round_of`: (this round, of how many), from 0 (CAPACITY_ROUNDS)."""
     points = []
+    which = ' (round %d of %d)' % (round_of[0] + 1, round_of[1]) if round_of[1] > 1 else ''
     with ExitStack() as stack:
         fab, probe = probed_fabric(spec, src, dst, port_type, stack)
         threads = datapath_threads()
@@ -427,7 +428,7 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
             points.append(point)
             ctx.say(KEY, '%s, %s ports%s: offered %s pkt/s, sent %.0f, delivered '
                     '%.0f (%.1f%% lost), ovs-vswitchd %.0f%% of a core' % (
-                        spec, port_type, ' ' + which if which else '',
+                        spec, port_type, which,
                         '%d' % rate if rate else 'max',
                         point['sent_pps'], point['delivered_pps'],
                         100 * point['loss'], 100 * point['vswitchd_cpu']))
@@ -437,7 +438,7 @@ def capacity_of(ctx: BenchContext, spec: str, src: str, dst: str,
             measure(rate)
         find_the_knee(points, measure)
     return {'spec': built_spec(spec, port_type), 'src': src, 'dst': dst, 'hops': probe.hops,
-            'port_type': port_type,
+            'port_type': port_type, 'round': round_of[0],
             'switches': len(plan.switches), 'ports': ports, 'seconds': seconds,
             'frame_bytes': PROBE_FRAME_BYTES, 'datapath_threads': threads,
             'points': sorted(points, key=lambda p: (p['offered_pps'] is None,
@@ -673,8 +674,12 @@ def capacity_text(ctx: BenchContext, capacities: list[dict],
         f"![fabric packet capacity]({ctx.link(image)})"])
 
 
+def round_count(capacities: list[dict]) -> int:
+    return 1 + max(c.get('round', 0) for c in capacities)
+
+
 def rounds_caption(capacities: list[dict]) -> str:
-    rounds = len(fabric_rounds(capacities)[0])
+    rounds = round_count(capacities)
     if rounds == 1:
         return ''
     return (f"Each fabric was measured in {rounds} rounds, one round of every fabric "
@@ -686,7 +691,7 @@ def rounds_caption(capacities: list[dict]) -> str:
 
 def rounds_table(capacities: list[dict]) -> str:
     fabrics = fabric_rounds(capacities)
-    count = max(len(rounds) for rounds in fabrics)
+    count = round_count(capacities)
     if count == 1:
         return ''
     return md_table(
@@ -730,8 +735,7 @@ def plot_capacity(path: Path, capacities: list[dict]) -> Path:
                   % PROBE_FRAME_BYTES)
     ax.set_ylabel('packets/s delivered')
     ax.set_title('Unshaped fabrics: what the userspace datapath forwards'
-                 + ('' if len(fabric_rounds(capacities)[0]) == 1 else
-                    ' (later rounds pale)'))
+                 + ('' if round_count(capacities) == 1 else ' (later rounds pale)'))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return charts.save(fig, path)
