@@ -137,6 +137,6 @@ def clean() -> dict[str, int]:
     # After the links: the switch-port filters went with them, and the pins are all that
     # keeps the program alive (clean_pins also takes our filter off anything still here).
     removed['bpf_pins'] = switch_port.clean_pins()
-    # What a fabric set in OVS's own configuration (PMD settings of an afxdp=1 fabric).
+    # What a fabric set in OVS (PMD settings, log levels of an afxdp=1 fabric).
     removed['ovs_settings'] = ovs.restore_settings() if _ovs_up() else 0
     return removed

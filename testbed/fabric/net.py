@@ -129,6 +129,9 @@ class FabricNet:
         # Run first at teardown, newest first: what others started inside
         # the hosts (agents, runtimes) would keep a namespace alive.
         self._cleanups: list[Callable[[], None]] = []
+        # Settings changed in Open vSwitch (ovs.set_for_fabric): put back last, once
+        # the ports are gone (their removal logs at the fabric's log levels).
+        self.ovs_settings_changed = False
         self.lock = RunLock()
         self.links_tagged = False
 
@@ -245,10 +248,13 @@ class FabricNet:
     def _set_pmd(self) -> None:
         """The PMD thread that will poll the `afxdp` switch ports (native XDP
         mode: port_stage says why) allowed to sleep while its ports are idle
-        and kept on its own core (cpu_placement); set before any port exists,
-        restored at teardown."""
-        self.add_cleanup(ovs.restore_settings)
+        and kept on its own core (cpu_placement), and ovs-vswitchd's log spared
+        a line per port for each port added or deleted; set before any port
+        exists, restored at teardown (after the ports are gone)."""
+        self.ovs_settings_changed = True
         ovs.set_for_fabric('pmd-maxsleep', str(ovs.PMD_MAX_SLEEP_US))
+        for module in ovs.CHATTY_AFXDP_MODULES:
+            ovs.log_less_for_fabric(module)
         if self.placement is not None:
             ovs.set_for_fabric('pmd-cpu-mask', self.placement.pmd_cpu_mask)
 
@@ -398,12 +404,7 @@ class FabricNet:
     def _stop(self) -> None:
         t0 = time.monotonic()
         while self._cleanups:
-            cleanup = self._cleanups.pop()
-            try:
-                cleanup()
-            except Exception as err:  # noqa: BLE001 - the teardown goes on
-                print('mrc-testbed: cleanup %r failed: %s' % (cleanup, err),
-                      file=sys.stderr)
+            _run_cleanup(self._cleanups.pop())
         if self.signals is not None:
             self.signals.stop()
             self.signals = None
@@ -418,10 +419,21 @@ class FabricNet:
             ovs.delete_bridges([s.name for s in self.net.switches],
                                self.datapath)
             self.net = None
+        if self.ovs_settings_changed:
+            _run_cleanup(ovs.restore_settings)
+            self.ovs_settings_changed = False
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
         self.lock.release()
         self.timings['teardown_s'] = time.monotonic() - t0
+
+
+def _run_cleanup(cleanup: Callable[[], None]) -> None:
+    """An exception is reported; the teardown goes on."""
+    try:
+        cleanup()
+    except Exception as err:  # noqa: BLE001 - the teardown goes on
+        print('mrc-testbed: cleanup %r failed: %s' % (cleanup, err), file=sys.stderr)
 
 
 TEARDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

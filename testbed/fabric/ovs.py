@@ -259,6 +259,13 @@ XDP_MODES = ('generic', 'native')
 # a queue's wait far below a link's serialisation time here (~2.4 ms for a
 # full frame at 5 Mbit/s) and lets the PMD thread give the core back.
 PMD_MAX_SLEEP_US = 50
+# Modules that log a line per AF_XDP port each time a port comes or goes: the netdev
+# datapath re-places every port's receive queue on the PMD threads after each port add
+# or delete (dpif_netdev, one INFO line per port), and each port's XDP set-up
+# (netdev_afxdp, libbpf's notes). Measured, building and tearing down
+# fattree,k=4,planes=2,afxdp=1 logged 31,795 lines (4.4 MB); the file reached 2.5 GB
+# in a day of runs. A fabric with AF_XDP ports keeps them at WARN.
+CHATTY_AFXDP_MODULES = ('dpif_netdev', 'netdev_afxdp')
 
 
 def interface_types() -> list[str]:
@@ -307,23 +314,34 @@ def _port_errors(ports: list[str]) -> list[str]:
             if error or not ofport.strip().isdigit() or int(ofport) < 1]
 
 
-# A setting a fabric changes in the Open_vSwitch table's other_config keeps what it was
-# in external_ids under this prefix ('' for unset) until the fabric puts it back: so
-# `mrc-testbed clean` restores it after a run that was killed.
+# A setting a fabric changes in Open vSwitch keeps what it was in the Open_vSwitch table's
+# external_ids under this prefix ('' for unset) until the fabric puts it back: so
+# `mrc-testbed clean` restores it after a run that was killed. Two kinds: an other_config
+# key (saved under its name), and a module's log file level (under LOG_KEY_PREFIX).
 SAVED_PREFIX = 'mrc-testbed-saved-'
+LOG_KEY_PREFIX = 'vlog-'
 
 
 def set_for_fabric(key: str, value: str) -> None:
-    """other_config:<key>=<value>, what it was saved (a save left by a killed run is kept:
-    it holds the value from before any of ours)."""
-    before = other_config(key, value)
+    """other_config:<key>=<value>, what it was saved."""
+    _save(key, other_config(key, value) or '')
+
+
+def log_less_for_fabric(module: str, level: str = 'warn') -> None:
+    """ovs-vswitchd's log file takes `module`'s messages from `level` up while a
+    fabric runs, what it took saved."""
+    _save(LOG_KEY_PREFIX + module, file_log_level(module, level))
+
+
+def _save(key: str, before: str) -> None:
+    """A save left by a killed run is kept: it holds the value from before any of ours."""
     if key not in saved_settings():
         _vsctl('set', 'Open_vSwitch', '.',
-               'external_ids:%s%s="%s"' % (SAVED_PREFIX, key, before or ''))
+               'external_ids:%s%s="%s"' % (SAVED_PREFIX, key, before))
 
 
 def saved_settings() -> dict[str, str]:
-    """other_config key -> the value it had before a fabric set it ('' for unset)."""
+    """Saved key -> the value it had before a fabric set it ('' for unset)."""
     out = _vsctl('--if-exists', 'get', 'Open_vSwitch', '.', 'external_ids', timeout=5)
     if out.returncode:
         return {}
@@ -336,9 +354,29 @@ def restore_settings() -> int:
     """Put back every setting a fabric changed; how many."""
     saved = saved_settings()
     for key, before in saved.items():
-        other_config(key, before or None)
+        if key.startswith(LOG_KEY_PREFIX):
+            file_log_level(key[len(LOG_KEY_PREFIX):], before)
+        else:
+            other_config(key, before or None)
         _vsctl('remove', 'Open_vSwitch', '.', 'external_ids', SAVED_PREFIX + key)
     return len(saved)
+
+
+def file_log_level(module: str, level: str) -> str:
+    """Set the level from which ovs-vswitchd's log file takes `module`'s messages
+    (`ovs-appctl vlog/set`); what it was, lower case ('info' by default)."""
+    before = 'info'
+    for line in _appctl('vlog/list').splitlines():
+        fields = line.split()
+        if len(fields) == 4 and fields[0] == module:
+            before = fields[3].lower()
+    _appctl('vlog/set', '%s:file:%s' % (module, level))
+    return before
+
+
+def _appctl(*args: str) -> str:
+    return subprocess.run(['ovs-appctl', '-t', 'ovs-vswitchd', *args], capture_output=True,
+                          text=True, timeout=30, check=True).stdout
 
 
 def other_config(key: str, value: str | None) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,45 @@ def test_afxdp_auto_builds_the_faster_ports_only_where_they_fit():
     why_not = afxdp_misfit(10)
     assert fab.afxdp == (why_not is None), fab.switch_port_choice
     assert fab.afxdp == (fab.placement is not None)
+
+
+def vswitchd_log() -> Path:
+    """ovs-vswitchd's log file, from its command line."""
+    with open('/proc/%d/cmdline' % ovs.vswitchd_pid(), 'rb') as f:
+        args = f.read().decode().split('\0')
+    named = [a.split('=', 1)[1] for a in args if a.startswith('--log-file=')]
+    return Path(named[0] if named else '/var/log/openvswitch/ovs-vswitchd.log')
+
+
+def file_levels() -> dict[str, str]:
+    out = subprocess.run(['ovs-appctl', 'vlog/list'], capture_output=True, text=True,
+                         check=True).stdout
+    return {f[0]: f[3].lower() for f in map(str.split, out.splitlines())
+            if len(f) == 4 and f[0] in ovs.CHATTY_AFXDP_MODULES}
+
+
+@pytest.mark.skipif('afxdp' not in ovs.interface_types(),
+                    reason='this Open vSwitch offers no AF_XDP ports')
+def test_afxdp_fabric_keeps_its_port_churn_out_of_the_vswitchd_log():
+    """The netdev datapath logs every port's queue placement after each port
+    added or deleted (ports squared lines per build; ovs.CHATTY_AFXDP_MODULES):
+    an afxdp=1 fabric keeps those modules at WARN from before its first port
+    to after its last is gone, and puts their levels back."""
+    from testbed.fabric.net import FabricNet
+    from testbed.fabric.topo_spec import parse_topo_spec
+    log = vswitchd_log()
+    before = file_levels()
+    start = log.stat().st_size
+    with FabricNet(parse_topo_spec(STAGED)) as fab:
+        assert set(file_levels().values()) == {'warn'}
+        assert len(fab.switch_ports) == 10
+    assert file_levels() == before
+    with open(log, 'rb') as f:
+        f.seek(start)
+        lines = f.read().decode(errors='replace').splitlines()
+    # Each of the 10 ports was added and deleted (the bridge module says so at
+    # INFO): the log did cover the build and the teardown.
+    assert sum('|bridge|INFO|' in line and 'interface' in line for line in lines) >= 20
+    chatty = [line for line in lines if any('|%s|INFO|' % m in line
+                                            for m in ovs.CHATTY_AFXDP_MODULES)]
+    assert not chatty, chatty[:5]
