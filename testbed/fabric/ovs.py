@@ -329,8 +329,12 @@ def set_for_fabric(key: str, value: str) -> None:
 
 def log_less_for_fabric(module: str, level: str = 'warn') -> None:
     """ovs-vswitchd's log file takes `module`'s messages from `level` up while a
-    fabric runs, what it took saved."""
-    _save(LOG_KEY_PREFIX + module, file_log_level(module, level))
+    fabric runs, what it took saved. Only the log's size is at stake: an ovs-vswitchd
+    that does not answer leaves it as it was."""
+    try:
+        _save(LOG_KEY_PREFIX + module, file_log_level(module, level))
+    except (OSError, subprocess.SubprocessError):
+        pass
 
 
 def _save(key: str, before: str) -> None:
@@ -355,7 +359,10 @@ def restore_settings() -> int:
     saved = saved_settings()
     for key, before in saved.items():
         if key.startswith(LOG_KEY_PREFIX):
-            file_log_level(key[len(LOG_KEY_PREFIX):], before)
+            try:
+                file_log_level(key[len(LOG_KEY_PREFIX):], before)
+            except (OSError, subprocess.SubprocessError):
+                pass        # not answering: a restarted ovs-vswitchd logs at its defaults
         else:
             other_config(key, before or None)
         _vsctl('remove', 'Open_vSwitch', '.', 'external_ids', SAVED_PREFIX + key)
