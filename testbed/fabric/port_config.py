@@ -40,11 +40,11 @@ class PortConfigError(RuntimeError):
 
 def set_forwarding(ports: Iterable[tuple[str, str]], forward: bool) -> None:
     """Each (bridge, port) forwards what its flows output to it, or drops it
-    (NO_FWD); returns once OVS has applied every change (dropping: its datapath's
-    cached flows included). Every bridge's
-    changes are sent before any answer is read: ovs-vswitchd then applies
-    them in a few turns of its loop, not one bridge per turn (80 ports of 20
-    bridges: 20 ms, against 190 bridge by bridge)."""
+    (NO_FWD); returns once OVS has applied every change (dropping: its
+    datapath's cached flows included). Every bridge's changes are sent before
+    any answer is read: ovs-vswitchd then applies them in a few turns of its
+    loop, not one bridge per turn (80 ports of 20 bridges: 20 ms, against 190
+    bridge by bridge)."""
     by_bridge: dict[str, list[str]] = {}
     for bridge, port in ports:
         by_bridge.setdefault(bridge, []).append(port)
