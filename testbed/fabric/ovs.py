@@ -332,7 +332,8 @@ def log_less_for_fabric(module: str, level: str = 'warn') -> None:
     fabric runs, what it took saved. Only the log's size is at stake: an ovs-vswitchd
     that does not answer leaves it as it was."""
     try:
-        _save(LOG_KEY_PREFIX + module, file_log_level(module, level))
+        _save(LOG_KEY_PREFIX + module, file_log_levels().get(module, 'info'))
+        set_file_log_level(module, level)
     except (OSError, subprocess.SubprocessError):
         pass
 
@@ -360,7 +361,7 @@ def restore_settings() -> int:
     for key, before in saved.items():
         if key.startswith(LOG_KEY_PREFIX):
             try:
-                file_log_level(key[len(LOG_KEY_PREFIX):], before)
+                set_file_log_level(key[len(LOG_KEY_PREFIX):], before)
             except (OSError, subprocess.SubprocessError):
                 pass        # not answering: a restarted ovs-vswitchd logs at its defaults
         else:
@@ -369,16 +370,15 @@ def restore_settings() -> int:
     return len(saved)
 
 
-def file_log_level(module: str, level: str) -> str:
-    """Set the level from which ovs-vswitchd's log file takes `module`'s messages
-    (`ovs-appctl vlog/set`); what it was, lower case ('info' by default)."""
-    before = 'info'
-    for line in _appctl('vlog/list').splitlines():
-        fields = line.split()
-        if len(fields) == 4 and fields[0] == module:
-            before = fields[3].lower()
+def file_log_levels() -> dict[str, str]:
+    """Module -> the level from which ovs-vswitchd's log file takes its messages,
+    lower case (`ovs-appctl vlog/list`)."""
+    rows = (line.split() for line in _appctl('vlog/list').splitlines())
+    return {f[0]: f[3].lower() for f in rows if len(f) == 4}
+
+
+def set_file_log_level(module: str, level: str) -> None:
     _appctl('vlog/set', '%s:file:%s' % (module, level))
-    return before
 
 
 def _appctl(*args: str) -> str:

@@ -149,10 +149,8 @@ def vswitchd_log() -> Path:
 
 
 def file_levels() -> dict[str, str]:
-    out = subprocess.run(['ovs-appctl', 'vlog/list'], capture_output=True, text=True,
-                         check=True).stdout
-    return {f[0]: f[3].lower() for f in map(str.split, out.splitlines())
-            if len(f) == 4 and f[0] in ovs.CHATTY_AFXDP_MODULES}
+    levels = ovs.file_log_levels()
+    return {m: levels[m] for m in ovs.CHATTY_AFXDP_MODULES}
 
 
 @pytest.mark.skipif('afxdp' not in ovs.interface_types(),
