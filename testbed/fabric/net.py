@@ -32,8 +32,9 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, RemoteController
 
-from testbed.fabric import (convergence, cpu_placement, host_decap, ovs, port_stage, signals,
-                            verbosity)
+from testbed.fabric import (build_log, convergence, cpu_placement, host_decap, ovs, port_stage,
+                            signals, verbosity)
+from testbed.fabric.baseline import Baseline
 from testbed.fabric.features import afxdp_misfit, ovs_datapath
 from testbed.fabric.host_plumbing import plumb_host, prepare_namespace
 from testbed.fabric.probe import PathProber
@@ -49,6 +50,10 @@ from testbed.topologies.link_params import AFXDP_MAX_MTU
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FLOW_INSTALL_TIMEOUT_S = 60.0
+# A build's phases in order (FabricNet.timings, build_log), the run lock's wait aside;
+# the first three bring up the switches with their ports.
+BRIDGE_PHASES = ('controller_s', 'nodes_links_s', 'ports_open_s')
+BUILD_PHASES = BRIDGE_PHASES + ('flows_s', 'plumbing_s', 'signals_s')
 
 
 class FabricHost(Host):
@@ -126,6 +131,7 @@ class FabricNet:
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
+        self._phase_end = 0.0
         # Run first at teardown, newest first: what others started inside
         # the hosts (agents, runtimes) would keep a namespace alive.
         self._cleanups: list[Callable[[], None]] = []
@@ -148,11 +154,13 @@ class FabricNet:
 
     def start(self) -> None:
         setLogLevel(verbosity.level())     # the command's -v / -q
+        t0 = time.monotonic()
         self.lock.acquire()
         self.workdir = Path(tempfile.mkdtemp(prefix='mrc-fabric-'))
         ovs.ensure_running()
-        t0 = time.monotonic()
+        self._phase('lock_wait_s', t0)
         port = self._start_controller()
+        self._phase('controller_s')
         # OpenFlow 1.5 for the controller (its select groups need it:
         # testbed.controller.ofp_groups), 1.3 for ovs-ofctl readers.
         switch = partial(ovs.FabricSwitch, datapath=self.datapath, failMode='secure',
@@ -173,19 +181,33 @@ class FabricNet:
         ovs.tag_links(root_links)
         self.links_tagged = True
         quiet_root_links(root_links)
+        self._phase('nodes_links_s')
         if self.afxdp:
             ovs.wait_ports_open(self.switch_ports, 'afxdp')
             self._raise_pmd()
-        t1 = time.monotonic()
+            self._phase('ports_open_s')
         self._wait_flows()
-        t2 = time.monotonic()
+        self._phase('flows_s')
         self._plumb_hosts()
-        t3 = time.monotonic()
+        self._phase('plumbing_s')
         self._raise_tx_buffer()
         self._start_signals()
-        t4 = time.monotonic()
-        self.timings.update(build_s=t1 - t0, flows_s=t2 - t1, plumbing_s=t3 - t2,
-                            signals_s=t4 - t3)
+        self._phase('signals_s')
+        # build_s: up to switches with ports (what bench and verify report as the build)
+        self.timings['build_s'] = sum(self.timings.get(k, 0.0) for k in BRIDGE_PHASES)
+        build_log.record('built', str(self.spec), self.afxdp, self.timings)
+
+    @property
+    def ready_s(self) -> float:
+        """How long the fabric took to be ready to carry traffic, the wait
+        for the run lock aside."""
+        return sum(self.timings.get(k, 0.0) for k in BUILD_PHASES)
+
+    def _phase(self, name: str, since: float | None = None) -> None:
+        """The build phase that ends now (FabricNet.timings, build_log)."""
+        now = time.monotonic()
+        self.timings[name] = now - (self._phase_end if since is None else since)
+        self._phase_end = now
 
     def set_link(self, a: str, b: str, up: bool) -> None:
         """Bring the link between two nodes down or up (both ends), as
@@ -241,9 +263,13 @@ class FabricNet:
                 self.mtu, AFXDP_MAX_MTU)
         if auto and cpu_placement.plan() is None:
             return 'one core: none of its own for the PMD thread'
+        return afxdp_misfit(self.switch_port_count)
+
+    @property
+    def switch_port_count(self) -> int:
+        """How many switch ports the fabric has (an end of a link at a switch)."""
         topo = self.topo
-        return afxdp_misfit(sum(1 for link in topo.links() for node in link
-                                if topo.isSwitch(node)))
+        return sum(1 for link in topo.links() for node in link if topo.isSwitch(node))
 
     def _set_pmd(self) -> None:
         """The PMD thread that will poll the `afxdp` switch ports (native XDP
@@ -360,6 +386,18 @@ class FabricNet:
         _wait_listening(port, self.controller)
         return port
 
+    def baseline(self) -> Baseline:
+        """What the fabric looks like now, to tell later whether a run left
+        anything on it (testbed.fabric.baseline)."""
+        assert self.net is not None
+        return Baseline([s.name for s in self.net.switches], self._root_links(),
+                        self.last_port_status, self.convergence_delay_s)
+
+    def last_port_status(self) -> float | None:
+        """When the controller last heard a port-status (monotonic)."""
+        heard = [e['monotonic'] for e in self.routing_events() if e['event'] == 'port_status']
+        return max(heard, default=None)
+
     @property
     def routing_log(self) -> Path:
         """The controller's JSON lines: every port-status it heard and every
@@ -403,6 +441,7 @@ class FabricNet:
 
     def _stop(self) -> None:
         t0 = time.monotonic()
+        built = self.net is not None     # (part way): a second stop() has nothing to log
         while self._cleanups:
             _run_cleanup(self._cleanups.pop())
         if self.signals is not None:
@@ -426,6 +465,9 @@ class FabricNet:
             shutil.rmtree(self.workdir, ignore_errors=True)
         self.lock.release()
         self.timings['teardown_s'] = time.monotonic() - t0
+        if built:
+            build_log.record('torn_down', str(self.spec), self.afxdp,
+                             {'teardown_s': self.timings['teardown_s']})
 
 
 def _run_cleanup(cleanup: Callable[[], None]) -> None:

@@ -38,7 +38,7 @@ T (UEC: 0.75 × the base RTT when the fabric trims; `emulated_timescale`):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyroute2 import IPRoute
 
@@ -181,6 +181,19 @@ class SignallingPorts:
 
     def _config(self, intf: str, rate_bps: int) -> PortConfig:
         return port_config(self.settings, rate_bps, self.ports[intf].last_hop)
+
+    def mark_last_hop(self, on: bool) -> None:
+        """Mark the last hop into a host too, or not (a RoCE fabric's marks
+        against MRC's: SignalSettings.mark_last_hop), from now on; the ports'
+        queues and counters carry on."""
+        assert self.program is not None
+        if on == self.settings.mark_last_hop:
+            return
+        self.settings = replace(self.settings, mark_last_hop=on)
+        program = self.program
+        program.configure_many({
+            self.queues[port]: self._config(port, program.config(self.queues[port]).rate_bps)
+            for port, info in self.ports.items() if info.last_hop})
 
     def handles(self, intf: str) -> bool:
         return intf in self.ports

@@ -477,9 +477,15 @@ class SwitchPortProgram:
 
     def configure(self, intf: str, config: PortConfig) -> None:
         """Replace a port's configuration; its queue and counters carry on."""
-        port = self._port(intf)
-        self._bpftool_batch([self._map_update(CONFIG_MAP, port.ifindex, config.pack())])
-        port.config = config
+        self.configure_many({intf: config})
+
+    def configure_many(self, configs: Mapping[str, PortConfig]) -> None:
+        """`configure` for several ports, in one bpftool batch."""
+        ports = {intf: self._port(intf) for intf in configs}
+        self._bpftool_batch([self._map_update(CONFIG_MAP, ports[intf].ifindex, config.pack())
+                             for intf, config in configs.items()])
+        for intf, config in configs.items():
+            ports[intf].config = config
 
     def set_rate(self, intf: str, rate_bps: int) -> None:
         """The virtual queue's drain rate (a link-rate fault calls this with the HTB rate)."""

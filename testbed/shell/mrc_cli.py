@@ -538,7 +538,7 @@ def run_cli(spec: TopoSpec) -> int:
         output('%s: %d hosts, %d switches, %d planes, built in %.1f s; MRC '
                'agents start on first use.\n%s' % (
                    spec, len(fab.plan.hosts), len(fab.plan.switches),
-                   len(fab.plan.planes), sum(fab.timings.values()), HELP))
+                   len(fab.plan.planes), fab.ready_s, HELP))
         MrcCLI(fab, transfers)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -79,9 +79,9 @@ def markdown(scenario, summary: dict[str, dict], plots: list[str],
                  scenario.topology, scenario.link_rate_mbit,
                  scenario.duration_s, scenario.seed,
                  ', quick form' if meta.get('quick') else ''),
-             '- run %s UTC on %s; endpoint core: %s' % (
+             '- run %s UTC on %s; endpoint core: %s; %s' % (
                  meta['started_utc'], meta['machine'],
-                 meta.get('endpoint_core', 'not recorded')), '',
+                 meta.get('endpoint_core', 'not recorded'), _fabrics(meta)), '',
              '| ' + ' | '.join(names) + ' |',
              '|' + '---|' * len(names)]
     for transport, m in summary.items():
@@ -187,3 +187,12 @@ def _congestion_row(transport: str, m: dict) -> list[str]:
 
 def _count(value) -> str:
     return '-' if value is None else '%d' % value
+
+
+def _fabrics(meta: dict) -> str:
+    """How the transports got their fabrics (summary.json's `fabrics`)."""
+    fabrics = meta.get('fabrics')
+    if fabrics is None or fabrics['per_transport']:
+        return 'a fresh fabric per transport'
+    return 'one fabric for all transports, settled between them (%d rebuilt)' % (
+        fabrics['rebuilt'])

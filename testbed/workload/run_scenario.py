@@ -5,6 +5,7 @@ import json
 import os
 import platform
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from testbed.fabric.faults.injector import FaultInjector
 from testbed.workload.report import markdown, table
 from testbed.workload.results import (aggregate, new_results_dir, run_metrics,
                                       step_times, write_events, write_timeline)
-from testbed.workload.runner import Progress, TransportRun, TransportRunner
+from testbed.workload.runner import Progress, TransportRun, TransportRunner, fabric_spec
+from testbed.workload.shared_fabric import SharedFabric
 from testbed.workload.model import Scenario
 from testbed.workload.transports import TRANSPORTS
 from testbed.workload.workloads import build_workload
@@ -27,9 +29,12 @@ def run_scenario(scenario: Scenario, results_root: Path,
                  transports: tuple[str, ...] | None = None,
                  quick: bool = False, seed: int | None = None,
                  progress: Progress = print,
-                 fabric: FabricNet | None = None) -> tuple[Path, dict]:
+                 fabric: FabricNet | None = None,
+                 share_fabric: bool = False) -> tuple[Path, dict]:
     """`fabric`: run every transport on this running fabric (the
-    interactive CLI's) instead of a fresh one each."""
+    interactive CLI's) instead of a fresh one each; `share_fabric`: on one
+    fabric built for them all. Either way the fabric settles between
+    transports (testbed.workload.shared_fabric)."""
     sc = scenario.quick_version() if quick else scenario
     if seed is not None:
         sc = replace(sc, seed=seed)
@@ -38,22 +43,29 @@ def run_scenario(scenario: Scenario, results_root: Path,
     (out / 'scenario.yaml').write_text(sc.source_text or scenario.source_text)
     started = time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())
     runs: list[TransportRun] = []
-    for rep in range(sc.repetitions):
-        for transport in transports:
-            progress('%s: %s, repetition %d/%d' % (
-                sc.name, transport, rep + 1, sc.repetitions))
-            pcaps = out / 'pcap' / ('%s-%d' % (transport, rep + 1)) \
-                if sc.capture else None
-            runner = TransportRunner(sc, transport, rep, progress, pcaps)
-            runs.append(runner.execute(
-                lambda plan, rng: build_workload(sc.workload, plan.hosts,
-                                                 plan, rng),
-                lambda fab, log: FaultInjector(fab, log), fabric))
+    shared = SharedFabric(fabric_spec(sc.topology, sc.link_rate_mbit), progress,
+                          sc.convergence_delay_s, fabric) \
+        if fabric is not None or share_fabric else None
+    with shared or nullcontext():
+        for rep in range(sc.repetitions):
+            for transport in transports:
+                progress('%s: %s, repetition %d/%d' % (
+                    sc.name, transport, rep + 1, sc.repetitions))
+                pcaps = out / 'pcap' / ('%s-%d' % (transport, rep + 1)) \
+                    if sc.capture else None
+                runner = TransportRunner(sc, transport, rep, progress, pcaps)
+                runs.append(runner.execute(
+                    lambda plan, rng: build_workload(sc.workload, plan.hosts,
+                                                     plan, rng),
+                    lambda fab, log: FaultInjector(fab, log),
+                    shared.for_run(runner.run.cc) if shared else None))
     summary = summarise(sc, runs, transports)
     meta = {'started_utc': started, 'quick': quick,
             'machine': '%s, %s, %d cores' % (platform.node(), platform.release(),
                                               os.cpu_count() or 0),
-            'endpoint_core': native_core.status()}
+            'endpoint_core': native_core.status(),
+            'fabrics': {'per_transport': shared is None,
+                        'rebuilt': shared.rebuilt if shared else 0}}
     write_results(out, sc, runs, summary, meta)
     return out, summary
 

@@ -11,6 +11,8 @@ import pytest
 
 from testbed.fabric.clean import leftovers
 from tests.integration.leaks import leaked
+from tests.integration.scenario_files import tiny_default
+from tests.integration.time_limits import BASE_S, build_allowance, run_allowance
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, '-m', 'testbed.cli']
@@ -129,32 +131,43 @@ def test_controller_listens_on_loopback_only(fabric_factory):
 
 
 
+# One transport of the default scenario in a child `mrc-testbed run`: its
+# fabric (160 AF_XDP ports at most) and its quick duration.
+DEFAULT_ONE_TRANSPORT_S = build_allowance(160, afxdp=True) + run_allowance(15)
+
+
+@pytest.mark.time_limit(BASE_S + 2 * (build_allowance(10, afxdp=True) + run_allowance(15)),
+                        why='the tiny scenario, one transport, on a machine at half speed')
 def test_run_exits_1_on_a_result_it_does_not_trust(tmp_path):
     # A busy loop pinned to each core takes half of it from everything else
     # (CFS shares a CPU evenly between runnable tasks of one weight), so the
     # endpoint loop and ovs-vswitchd wait for a CPU for far more than the
     # gate's WAIT_LIMIT (10 % of the run) and the machine is busier than
     # BUSY_LIMIT: the gate cannot pass the run, and `run` must say so and
-    # exit 1 rather than report a number.
+    # exit 1 rather than report a number. That holds for any fabric: the
+    # default scenario's mechanisms on one that builds in seconds
+    # (tests/integration/scenario_files.py).
     hogs = [subprocess.Popen([sys.executable, '-c', 'import os; os.sched_'
                               'setaffinity(0, {%d})\nwhile True: pass' % cpu])
             for cpu in sorted(os.sched_getaffinity(0))]
     try:
-        done = run('run', 'scenarios/link_failure_allreduce.yaml', '--quick',
-                   '--transport', 'mrc', '--out', str(tmp_path), timeout=600)
+        done = run('run', str(tiny_default(tmp_path)), '--quick',
+                   '--transport', 'mrc', '--out', str(tmp_path / 'out'), timeout=600)
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert 'NOT TRUSTED' in done.stdout
-    summary = json.loads(next(tmp_path.rglob('summary.json')).read_text())
+    summary = json.loads(next((tmp_path / 'out').rglob('summary.json')).read_text())
     assert not summary['transports']['mrc']['trusted']
     assert spotless()
 
 
 @pytest.mark.parametrize('own_session', [False, True], ids=['busy in our session',
                                                     'busy in a session of its own'])
+@pytest.mark.time_limit(BASE_S + 2 * DEFAULT_ONE_TRANSPORT_S,
+                        why='one transport of the default scenario, a core taken')
 def test_default_run_is_trusted_beside_a_busy_core(tmp_path, own_session):
     """The README's main command on a machine where something else keeps a core busy:
     the default scenario builds AF_XDP ports (afxdp=auto), its PMD thread and endpoint

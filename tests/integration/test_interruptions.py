@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from testbed.fabric import ovs
 from testbed.fabric.clean import leftovers
 from tests.integration.children import default_sigint
 from tests.integration.leaks import leaked
+from tests.integration.scenario_files import DEFAULT, tiny_default
+from tests.integration.time_limits import BASE_S, build_allowance, run_allowance
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,16 +47,31 @@ def wait_for_workload(proc: subprocess.Popen, timeout_s: float = 120) -> list:
     return lines
 
 
-@pytest.mark.parametrize('sig,code,times', [(signal.SIGINT, 130, 1),
-                                            (signal.SIGTERM, 143, 1),
-                                            (signal.SIGINT, 130, 3),
-                                            # the terminal closed under it
-                                            (signal.SIGHUP, 129, 1)])
-def test_signal_mid_scenario_leaves_nothing(sig, code, times, tmp_path):
+# A child's run of the default scenario stopped in its first transport: that
+# fabric's build (fattree,k=4,planes=2: 160 switch ports) and a few seconds of
+# workload; the tiny one's 10 ports build in seconds.
+DEFAULT_FIRST_TRANSPORT_S = build_allowance(160, afxdp=True) + run_allowance(15)
+TINY_RUN_S = 3 * (build_allowance(10, afxdp=True) + run_allowance(15))
+
+
+@pytest.mark.parametrize('sig,code,times,scenario', [
+    (signal.SIGINT, 130, 1, 'tiny'),
+    (signal.SIGTERM, 143, 1, 'tiny'),
+    # the README's command, its user impatient: the default scenario
+    pytest.param(signal.SIGINT, 130, 3, 'default', marks=pytest.mark.time_limit(
+        BASE_S + DEFAULT_FIRST_TRANSPORT_S, why="the default scenario's first transport")),
+    # the terminal closed under it
+    (signal.SIGHUP, 129, 1, 'tiny')])
+@pytest.mark.time_limit(BASE_S + TINY_RUN_S, why='the tiny scenario, three transports')
+def test_signal_mid_scenario_leaves_nothing(sig, code, times, scenario, tmp_path):
+    """The signal lands in the first transport's workload; the tiny scenario
+    (tests/integration/scenario_files.py) is the default one on a fabric
+    that builds in seconds, so only the README's Ctrl-C x3 pays for the
+    default fabric."""
+    path = DEFAULT if scenario == 'default' else tiny_default(tmp_path)
     proc = subprocess.Popen(
-        [sys.executable, '-m', 'testbed.cli', 'run',
-         'scenarios/link_failure_allreduce.yaml', '--quick',
-         '--out', str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
+        [sys.executable, '-m', 'testbed.cli', 'run', str(path), '--quick',
+         '--out', str(tmp_path / 'out')], cwd=REPO, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True,
         preexec_fn=default_sigint)
     try:
@@ -72,15 +88,15 @@ def test_signal_mid_scenario_leaves_nothing(sig, code, times, tmp_path):
     err = ''.join(lines)
     assert proc.returncode == code, err[-2000:]
     # It was stopped in the middle: the run never got to its summary.
-    assert not list(tmp_path.rglob('summary.json')), err[-2000:]
+    assert not list((tmp_path / 'out').rglob('summary.json')), err[-2000:]
     assert leaked() == {}
 
 
+@pytest.mark.time_limit(BASE_S + TINY_RUN_S, why='the tiny scenario, three transports')
 def test_sigkill_mid_scenario_then_clean_restores_a_spotless_machine(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, '-m', 'testbed.cli', 'run',
-         'scenarios/link_failure_allreduce.yaml', '--quick',
-         '--out', str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
+        [sys.executable, '-m', 'testbed.cli', 'run', str(tiny_default(tmp_path)),
+         '--quick', '--out', str(tmp_path / 'out')], cwd=REPO, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, preexec_fn=default_sigint)
     try:
         wait_for_fabric()
@@ -125,24 +141,17 @@ def test_clean_removes_our_bridges_when_ovs_vswitchd_was_left_stopped():
                         STOPPED_BRIDGE], timeout=30)
 
 
-def long_quick_scenario(tmp_path: Path) -> Path:
-    """The default scenario whose --quick workload lasts 4x its own (~2.5 s;
-    still within its duration_s): two `mrc-testbed clean` processes must
-    start and act while it runs, each a second or so of Python start-up on a
-    busy machine, which the original's ~1.5 s left after the first progress
-    line did not always cover."""
-    scenario = yaml.safe_load((REPO / 'scenarios/link_failure_allreduce.yaml').read_text())
-    scenario['quick']['workload']['iterations'] *= 4
-    path = tmp_path / 'long_quick.yaml'
-    path.write_text(yaml.safe_dump(scenario))
-    return path
-
-
+@pytest.mark.time_limit(BASE_S + TINY_RUN_S, why='the tiny scenario, one transport')
 def test_clean_refuses_a_live_fabric_and_force_removes_it(tmp_path):
+    """The tiny default scenario (tests/integration/scenario_files.py) with its
+    quick workload four times as long (~2.5 s; still within its duration_s):
+    two `mrc-testbed clean` processes must start and act while it runs, each
+    a second or so of Python start-up on a busy machine, which the original's
+    ~1.5 s left after the first progress line did not always cover."""
     proc = subprocess.Popen(
         [sys.executable, '-m', 'testbed.cli', 'run',
-         str(long_quick_scenario(tmp_path)), '--quick',
-         '--transport', 'mrc', '--out', str(tmp_path)], cwd=REPO,
+         str(tiny_default(tmp_path, iterations_times=4)), '--quick',
+         '--transport', 'mrc', '--out', str(tmp_path / 'out')], cwd=REPO,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=default_sigint)
     try:

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import jsonschema
 
+from testbed.cli import DEFAULT_SCENARIO
 from testbed.fabric.faults.catalogue import disruptive
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.nic.emulated_timescale import MTU, base_rtt_s, fabric_qp_profile
@@ -149,13 +150,17 @@ def load_runs(out, transports):
 
 def run_quick(name, tmp_path):
     """The scenario's quick form over every transport, each result trusted
-    (an untrusted transport is run once more)."""
+    (an untrusted transport is run once more). The transports share one
+    fabric, settled between them (testbed.workload.shared_fabric), as the
+    interactive CLI's `scenario` command runs them; the default scenario
+    gets a fresh fabric per transport, as `mrc-testbed run` gives it."""
     scenario = load_scenario(REPO / 'scenarios' / (name + '.yaml'))
     runs, todo = {}, scenario.quick_version().transports
+    share = REPO / DEFAULT_SCENARIO != REPO / 'scenarios' / (name + '.yaml')
     for attempt in (1, 2):
         out, _ = run_scenario(scenario, tmp_path / str(attempt),
                               transports=todo, quick=True,
-                              progress=lambda line: None)
+                              progress=lambda line: None, share_fabric=share)
         runs.update(load_runs(out, todo))
         todo = tuple(t for t in todo if not runs[t].summary['trusted'])
         if not todo:

@@ -1,0 +1,86 @@
+"""One fabric for one transport's run after another.
+
+`mrc-testbed run` gives every transport a fresh fabric. A scenario run asked
+to share one (`run_scenario(share_fabric=True)`: the test suite, where an
+AF_XDP fat-tree takes 30-110 s to build) and the interactive CLI's
+`scenario` command (on the CLI's own fabric) run the transports on one
+fabric instead, made to look fresh to each:
+
+- between two runs the fabric settles (testbed.fabric.baseline): the
+  controller's last repair applied, then flows, groups, links, filters and
+  tables compared with what they were before the first run. A fabric of our
+  own that does not come back so is replaced by a fresh one; a fabric we
+  were given (the CLI's) cannot be, so the run goes on and says what differs;
+- each run gets the switch ports its congestion control's fabric would have
+  been built with: a RoCE CC's marks on the last hop too (runner.MARKS_LAST_HOP).
+"""
+from __future__ import annotations
+
+from testbed.fabric.baseline import Baseline
+from testbed.fabric.net import FabricNet
+from testbed.fabric.topo_spec import TopoSpec
+from testbed.workload.runner import MARKS_LAST_HOP, Progress
+
+
+class SharedFabric:
+    """Use as a context manager; `for_run(cc)` before each transport's run."""
+
+    def __init__(self, spec: TopoSpec, progress: Progress,
+                 convergence_delay_s: float | None = None,
+                 given: FabricNet | None = None) -> None:
+        """`spec`: the fabric without a CC's own settings; `given`: a running
+        fabric to use (left running), instead of building one."""
+        self.spec, self.progress = spec, progress
+        self.delay = {} if convergence_delay_s is None else {
+            'convergence_delay_s': convergence_delay_s}
+        self.given = given
+        self.given_marks_last_hop = bool(given and given.signals and
+                                         given.signals.settings.mark_last_hop)
+        self.fab: FabricNet | None = given
+        self.baseline: Baseline | None = None
+        self.rebuilt = 0
+
+    def __enter__(self) -> 'SharedFabric':
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fab is not None and self.fab is not self.given:
+            self.fab.stop()
+        if self.given is not None and self.given.signals is not None:
+            self.given.signals.mark_last_hop(self.given_marks_last_hop)  # as it was
+        self.fab = None
+
+    def for_run(self, cc: str | None) -> FabricNet:
+        """The fabric for the next run, settled after the last one."""
+        if self.fab is None:
+            self._build()
+        elif self.baseline is None:
+            self.baseline = self.fab.baseline()   # a given fabric, as it is now
+        else:
+            self._settle()
+        assert self.fab is not None
+        if self.fab.signals is not None:
+            self.fab.signals.mark_last_hop(cc in MARKS_LAST_HOP)
+        return self.fab
+
+    def _build(self) -> None:
+        fab = FabricNet(self.spec, **self.delay)
+        fab.__enter__()
+        self.fab, self.baseline = fab, fab.baseline()
+
+    def _settle(self) -> None:
+        assert self.baseline is not None
+        left = self.baseline.settle()
+        if not left:
+            return
+        if self.fab is self.given:
+            self.progress('the fabric is not as before the last run (%s): '
+                          'the next run goes on on it' % '; '.join(left))
+            return
+        self.progress('the fabric is not as built after the last run (%s): '
+                      'building a fresh one' % '; '.join(left))
+        assert self.fab is not None
+        self.fab.stop()
+        self.fab = None
+        self.rebuilt += 1
+        self._build()
