@@ -1,8 +1,8 @@
 """A fault campaign: 24 random fault timelines (links, switches, planes,
 flaps, gray loss, NIC ports) against MRC writes on one real fabric. Every
 write must complete with every byte intact, or end in a clear QP error when
-no path at all was left; one still crawling after STUCK_AFTER_S is reported
-stuck, and at least three quarters must complete. Every drawn fault is
+no path at all was left; one still crawling after STUCK_AFTER_S is stuck,
+which is a failure unless, again, no path was left. Every drawn fault is
 applied while the write still has data in flight (checked as it is
 applied)."""
 import random
@@ -27,8 +27,11 @@ MIN_WRITE_S = -(-SIZE // DATA_PAYLOAD_BYTES) * DATA_FRAME_BYTES * 8 / (
     2 * RATE_BPS)
 FAULTS_BY_S = 0.3
 # 32x the write's time on one plane (0.93 s): a write still running then
-# is stuck, an outcome of its own (neither done nor a QP error), counted
-# against the quota below. Before the Port Status Update one timeline (a
+# is stuck, neither done nor a QP error. While one path is left MRC moves
+# every EV onto the paths that carry (the dead ones found a timeout each), so
+# it finishes within a few times its one-plane time; with none left its retry
+# budget errors the QP. Stuck is so a failure where a path was left. Before
+# the Port Status Update one timeline (a
 # dead agg switch on one plane and the receiver's port on the other)
 # crawled at ~30 packets/s, the sender finding the dead port's EVs one
 # timeout at a time; told by the receiver, it now completes.
@@ -99,10 +102,12 @@ def test_random_fault_timelines(fabric_factory):
             outcomes.append((faults, 'stuck' if status == 'running' else status,
                              driver.error(n)))
             assert driver.corrupt_bytes(n) == 0
-            if driver.status(n) == 'failed':
+            if status == 'failed':
                 # Acceptable only when the faults left no path at all: the
                 # probes (before anything is restored) must find none.
                 assert driver.error(n) == 'retry counter exceeded'
+                assert no_path_left(fab), outcomes[-1]
+            if status == 'running':        # stuck (STUCK_AFTER_S says why)
                 assert no_path_left(fab), outcomes[-1]
         finally:
             injector.restore_all()
@@ -111,5 +116,4 @@ def test_random_fault_timelines(fabric_factory):
         print('%-8s %s' % (status, ', '.join(
             '%s(%s)' % (k, ','.join(str(v) for v in p.values()))
             for k, p in faults)))
-    done = sum(status == 'done' for _, status, _ in outcomes)
-    assert done >= TIMELINES * 3 // 4, outcomes
+    assert len(outcomes) == TIMELINES, outcomes

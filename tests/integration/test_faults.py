@@ -282,7 +282,10 @@ def test_gray_failure_drops_the_share_asked_on_its_paths_only(rig, a, b):
     assert len(losses) == 2      # both directions cross the link
     for direction, loss in losses.items():
         assert abs(loss - 0.5) <= GRAY_TOLERANCE, (direction, loss)
-    assert elsewhere <= 0.02
+    # A path that does not cross the link never meets the filter, and the
+    # fabric loses no probe by itself at this load (every path loses none
+    # once the fault is cleared, below).
+    assert elsewhere == 0
     r.inj.gray_clear(a, b)
     assert r.failing() == set()
     assert r.loss(r.paths) == 0
@@ -301,7 +304,9 @@ def test_gray_failure_nft_recipe_makes_tables_and_removes_them(rig):
     losses = measure_gray(r, 'h1', 'p1l0')
     print('gray 50%% (nft) on h1-p1l0, %d probes each: %s' % (
         GRAY_PROBES, {k: round(v, 3) for k, v in losses.items()}))
-    assert losses.pop('elsewhere') <= 0.02
+    # The table sits in h1's namespace, on its port: no other path meets it
+    # (what the rule's aborted batches cost falls on h1's own paths).
+    assert losses.pop('elsewhere') == 0
     assert all(loss >= 0.5 - GRAY_TOLERANCE for loss in losses.values())
     event = r.inj.gray_clear('h1', 'p1l0')
     assert set(event['dropped']) == {'h1-p1', 'p1l0-eth3'}

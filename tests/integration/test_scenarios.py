@@ -592,7 +592,11 @@ def test_permutation_ecmp_vs_mrc(tmp_path):
     # RC on the routed fabric: flows hashed onto one link share it, under
     # DCQCN and go-back-N; with no fault nothing exhausts its retry budget,
     # but the slowest flow may still be running at the scenario's end
-    # (measured: 7 of 8 done at 12 s once, all by 10.8 s another time).
+    # (measured: 7 of 8 done at 12 s once, all by 10.8 s another time). No
+    # completion time can be derived for it yet: two colliding QPs under
+    # DCQCN as configured fall to its rate floor within a few RTTs and take
+    # ~270 RTTs to climb back (issue 36, DCQCN's collapse), longer than the
+    # flow; once that is fixed, the ECMP bound below applies to RC too.
     rc = runs['rc'].summary
     assert rc['qp_errors'] == [] and rc['bytes_corrupted'] == 0, rc
     assert rc['completed'] or rc['elapsed_s'] >= sc.duration_s, rc
