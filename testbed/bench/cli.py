@@ -3,7 +3,8 @@ write BENCHMARKS.md with their tables and plots.
 
     mrc-testbed bench                          # everything, ~35 min
     mrc-testbed bench --sections failover      # one section
-    mrc-testbed bench --quick --out /tmp/b     # the smoke version (~3 min)
+    mrc-testbed bench --quick --out /tmp/b     # a quick version (~9 min)
+    mrc-testbed bench --smoke --out /tmp/b     # one trial of each kind (~4 min)
 
 A full run rewrites BENCHMARKS.md at the repository root and the plots in
 docs/images/; raw per-trial data go to results/bench/<UTC stamp>/. Sections
@@ -37,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--quick', action='store_true',
                         help='the smoke version: one repetition, small '
                         'transfers, a few trials; figures not for publishing')
+    parser.add_argument('--smoke', action='store_true',
+                        help='the quick version cut to one trial of each kind '
+                        'a section reports: that every section still runs '
+                        '(the test suite\'s); figures meaningless')
     parser.add_argument('--resume', type=Path, default=None, metavar='RAW',
                         help='a results/bench/<stamp> directory of a run that '
                         'stopped: keep its finished sections, run the rest')
@@ -60,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from testbed.bench.harness import BenchContext
     from testbed.bench.report import write_report
     from testbed.workload.results import new_results_dir
+    args.quick = args.quick or args.smoke
     if args.quick and args.out is None:
         print('--quick figures are not for publishing: give --out DIR',
               file=sys.stderr)
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or repo
     images = out / 'docs' / 'images' if args.out is None else out / 'images'
     out.mkdir(parents=True, exist_ok=True)
-    ctx = BenchContext(args.quick, out, images)
+    ctx = BenchContext(args.quick, out, images, smoke=args.smoke)
     if args.resume:
         raw, started, results = resumed(args.resume)
     else:

@@ -200,7 +200,7 @@ def plan_failures(ctx: BenchContext) -> list[Failure]:
     for kind, undo, full, quick in FAILURES:
         for i in range(quick if ctx.quick else full):
             out.append(Failure(kind, undo, i, round(rng.uniform(1.5, 2.5), 3)))
-    return out
+    return out[:1] if ctx.smoke else out
 
 
 def one(ctx: BenchContext, fab, failure: Failure, transport: str,

@@ -42,6 +42,9 @@ class BenchContext:
     images: Path                 # plots, linked from the report
     progress: Progress = print
     started: float = field(default_factory=time.monotonic)
+    # The quick form cut to one trial of each kind a section reports (the
+    # test suite's check that no section rots): a smoke run implies quick.
+    smoke: bool = False
 
     def link(self, image: Path) -> str:
         return str(Path(image).resolve().relative_to(self.report_dir.resolve()))

@@ -102,7 +102,7 @@ def run(ctx: BenchContext) -> SectionResult:
     size_mb = 0.2 if ctx.quick else 1.0
     transports = ('mrc', 'rc') if ctx.quick else TRANSPORTS
     trials: list[Trial] = []
-    for fabric in FABRICS:
+    for fabric in FABRICS[:1] if ctx.smoke else FABRICS:
         # Each transport on the fabric its congestion control runs on (a
         # DCQCN transport's marks its last hop too: runner.fabric_spec).
         for transport in transports:

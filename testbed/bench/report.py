@@ -41,7 +41,9 @@ def machine() -> str:
 
 def command(args: argparse.Namespace) -> str:
     parts = ['mrc-testbed bench']
-    if args.quick:
+    if getattr(args, 'smoke', False):
+        parts.append('--smoke')
+    elif args.quick:
         parts.append('--quick')
     if tuple(args.sections) != SECTIONS:
         parts.append('--sections ' + ','.join(args.sections))

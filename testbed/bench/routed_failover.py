@@ -248,7 +248,7 @@ def measure(trial: Trial, draw: Draw, faults: CountedLinkFailure,
 
 def run(ctx: BenchContext) -> SectionResult:
     quick = 1 if ctx.quick else 0
-    anywhere = plan_draws(False, ANYWHERE_DRAWS[quick])
+    anywhere = [] if ctx.smoke else plan_draws(False, ANYWHERE_DRAWS[quick])
     aimed = plan_draws(True, AIMED_DRAWS[quick])
     hardware = QUICK_SWEEP_HARDWARE_S if ctx.quick else SWEEP_HARDWARE_S
     # the anywhere draws on the default delay's fabric (a quick run: the one)

@@ -433,6 +433,7 @@ class MrcCLI(CLI):
         from testbed.workload.run_scenario import run_scenario
         from testbed.workload.runner import fabric_spec
         from testbed.workload.scenario import load_scenario
+        from testbed.workload.shared_fabric import SharedFabric
         args = parse_args('scenario', line, ('file',), quick=bool,
                       transport=list(NAMES), out=str)
         scenario = load_scenario(args.file)
@@ -445,10 +446,18 @@ class MrcCLI(CLI):
                     args.file, wanted, self.fab.spec, args.file, sc.topology,
                     sc.link_rate_mbit))
         self.transfers.reset()
-        out, summary = run_scenario(
-            scenario, Path(args.out or 'results'),
-            tuple(args.transport) if args.transport else None, args.quick,
-            progress=lambda text: output(text + '\n'), fabric=self.fab)
+
+        def progress(text: str) -> None:
+            output(text + '\n')
+        with SharedFabric(self.fab.spec, progress, self.fab.convergence_delay_s,
+                          given=self.fab) as shared:
+            try:
+                out, summary = run_scenario(
+                    scenario, Path(args.out or 'results'),
+                    tuple(args.transport) if args.transport else None, args.quick,
+                    progress=progress, shared=shared)
+            except ValueError as err:      # the scenario's convergence delay
+                raise CliError(str(err)) from None
         output('%s\n\nresults: %s\n' % (summary_table(summary), out))
 
     # -- names ----------------------------------------------------------------

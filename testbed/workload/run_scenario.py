@@ -5,12 +5,10 @@ import json
 import os
 import platform
 import time
-from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
 from testbed import native_core
-from testbed.fabric.net import FabricNet
 from testbed.workload import plots
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.workload.report import markdown, table
@@ -29,45 +27,45 @@ def run_scenario(scenario: Scenario, results_root: Path,
                  transports: tuple[str, ...] | None = None,
                  quick: bool = False, seed: int | None = None,
                  progress: Progress = print,
-                 fabric: FabricNet | None = None,
-                 share_fabric: bool = False) -> tuple[Path, dict]:
-    """`fabric`: run every transport on this running fabric (the
-    interactive CLI's) instead of a fresh one each; `share_fabric`: on one
-    fabric built for them all. Either way the fabric settles between
-    transports (testbed.workload.shared_fabric)."""
+                 shared: SharedFabric | None = None) -> tuple[Path, dict]:
+    """Each transport on a fresh fabric of its own, or with `shared` one
+    after another on that fabric, settled between them (the interactive
+    CLI's, the test suite's: testbed.workload.shared_fabric)."""
     sc = scenario.quick_version() if quick else scenario
     if seed is not None:
         sc = replace(sc, seed=seed)
     transports = transports or sc.transports
+    if shared is not None:
+        shared.check_fits(fabric_spec(sc.topology, sc.link_rate_mbit),
+                          sc.convergence_delay_s)
     out = new_results_dir(results_root, sc.name)
     (out / 'scenario.yaml').write_text(sc.source_text or scenario.source_text)
     started = time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())
-    runs: list[TransportRun] = []
-    shared = SharedFabric(fabric_spec(sc.topology, sc.link_rate_mbit), progress,
-                          sc.convergence_delay_s, fabric) \
-        if fabric is not None or share_fabric else None
-    with shared or nullcontext():
-        for rep in range(sc.repetitions):
-            for transport in transports:
-                progress('%s: %s, repetition %d/%d' % (
-                    sc.name, transport, rep + 1, sc.repetitions))
-                pcaps = out / 'pcap' / ('%s-%d' % (transport, rep + 1)) \
-                    if sc.capture else None
-                runner = TransportRunner(sc, transport, rep, progress, pcaps)
-                runs.append(runner.execute(
-                    lambda plan, rng: build_workload(sc.workload, plan.hosts,
-                                                     plan, rng),
-                    lambda fab, log: FaultInjector(fab, log),
-                    shared.for_run(runner.run.cc) if shared else None))
+    rebuilt = shared.rebuilt if shared else 0
+    runs = [run_transport(sc, transport, rep, progress, out, shared)
+            for rep in range(sc.repetitions) for transport in transports]
     summary = summarise(sc, runs, transports)
     meta = {'started_utc': started, 'quick': quick,
             'machine': '%s, %s, %d cores' % (platform.node(), platform.release(),
                                               os.cpu_count() or 0),
             'endpoint_core': native_core.status(),
             'fabrics': {'per_transport': shared is None,
-                        'rebuilt': shared.rebuilt if shared else 0}}
+                        'rebuilt': shared.rebuilt - rebuilt if shared else 0}}
     write_results(out, sc, runs, summary, meta)
     return out, summary
+
+
+def run_transport(sc: Scenario, transport: str, rep: int, progress: Progress,
+                  out: Path, shared: SharedFabric | None) -> TransportRun:
+    """One transport's repetition, on a fresh fabric or the shared one."""
+    progress('%s: %s, repetition %d/%d' % (sc.name, transport, rep + 1,
+                                           sc.repetitions))
+    pcaps = out / 'pcap' / ('%s-%d' % (transport, rep + 1)) if sc.capture else None
+    runner = TransportRunner(sc, transport, rep, progress, pcaps)
+    return runner.execute(
+        lambda plan, rng: build_workload(sc.workload, plan.hosts, plan, rng),
+        lambda fab, log: FaultInjector(fab, log),
+        shared.for_run(runner.run.cc) if shared else None)
 
 
 def summarise(sc: Scenario, runs: list[TransportRun],

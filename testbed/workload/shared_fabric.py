@@ -1,10 +1,10 @@
 """One fabric for one transport's run after another.
 
-`mrc-testbed run` gives every transport a fresh fabric. A scenario run asked
-to share one (`run_scenario(share_fabric=True)`: the test suite, where an
-AF_XDP fat-tree takes 30-110 s to build) and the interactive CLI's
-`scenario` command (on the CLI's own fabric) run the transports on one
-fabric instead, made to look fresh to each:
+`mrc-testbed run` gives every transport a fresh fabric. A scenario run given
+one to share (`run_scenario(shared=...)`: the test suite's, where an AF_XDP
+fat-tree takes 30-110 s to build, and the interactive CLI's `scenario`
+command, on the CLI's own fabric) runs the transports on it instead, made to
+look fresh to each:
 
 - between two runs the fabric settles (testbed.fabric.baseline): the
   controller's last repair applied, then flows, groups, links, filters and
@@ -13,6 +13,9 @@ fabric instead, made to look fresh to each:
   were given (the CLI's) cannot be, so the run goes on and says what differs;
 - each run gets the switch ports its congestion control's fabric would have
   been built with: a RoCE CC's marks on the last hop too (runner.MARKS_LAST_HOP).
+
+One SharedFabric can carry several scenarios of the same fabric (the test
+suite's do), each settled from the last as transports are.
 """
 from __future__ import annotations
 
@@ -49,6 +52,15 @@ class SharedFabric:
         if self.given is not None and self.given.signals is not None:
             self.given.signals.mark_last_hop(self.given_marks_last_hop)  # as it was
         self.fab = None
+
+    def check_fits(self, spec: TopoSpec, convergence_delay_s: float | None) -> None:
+        """Refuse a scenario whose fabric this is not."""
+        delay = self.delay.get('convergence_delay_s')
+        if spec != self.spec or (convergence_delay_s is not None
+                                 and convergence_delay_s != delay):
+            raise ValueError('the scenario runs on %s (convergence delay %s), '
+                             'the shared fabric is %s (%s)' % (
+                                 spec, convergence_delay_s, self.spec, delay))
 
     def for_run(self, cc: str | None) -> FabricNet:
         """The fabric for the next run, settled after the last one."""

@@ -166,6 +166,7 @@ def test_run_exits_1_on_a_result_it_does_not_trust(tmp_path):
 
 @pytest.mark.parametrize('own_session', [False, True], ids=['busy in our session',
                                                     'busy in a session of its own'])
+@pytest.mark.slow
 @pytest.mark.time_limit(BASE_S + 2 * DEFAULT_ONE_TRANSPORT_S,
                         why='one transport of the default scenario, a core taken')
 def test_default_run_is_trusted_beside_a_busy_core(tmp_path, own_session):

@@ -8,6 +8,8 @@ applied)."""
 import random
 import time
 
+import pytest
+
 from testbed.fabric.probe import PathProber
 from testbed.workload.endpoint_flows import EndpointFlows
 from testbed.fabric.faults.injector import FaultInjector
@@ -68,6 +70,7 @@ def test_faults_are_drawn_within_the_shortest_write():
     assert FAULTS_BY_S < MIN_WRITE_S
 
 
+@pytest.mark.slow
 def test_random_fault_timelines(fabric_factory):
     fab = fabric_factory('fattree,k=4,planes=2,bw=%g' % (RATE_BPS / 1e6))
     rnd = random.Random(7)

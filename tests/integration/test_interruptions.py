@@ -58,8 +58,8 @@ TINY_RUN_S = 3 * (build_allowance(10, afxdp=True) + run_allowance(15))
     (signal.SIGINT, 130, 1, 'tiny'),
     (signal.SIGTERM, 143, 1, 'tiny'),
     # the README's command, its user impatient: the default scenario
-    pytest.param(signal.SIGINT, 130, 3, 'default', marks=pytest.mark.time_limit(
-        BASE_S + DEFAULT_FIRST_TRANSPORT_S, why="the default scenario's first transport")),
+    pytest.param(signal.SIGINT, 130, 3, 'default', marks=[pytest.mark.slow, pytest.mark.time_limit(
+        BASE_S + DEFAULT_FIRST_TRANSPORT_S, why="the default scenario's first transport")]),
     # the terminal closed under it
     (signal.SIGHUP, 129, 1, 'tiny')])
 @pytest.mark.time_limit(BASE_S + TINY_RUN_S, why='the tiny scenario, three transports')

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from testbed.cli import DEFAULT_SCENARIO
 from testbed.fabric.faults.catalogue import disruptive
@@ -61,10 +62,13 @@ from testbed.nic.retry_timer import retry_schedule, time_to_error
 from testbed.workload.congestion_metrics import _faulty, _touches
 from testbed.workload.metrics import SMOOTHING_S, jain_index
 from testbed.workload.run_scenario import run_scenario
-from testbed.workload.runner import BIN_S
+from testbed.workload.runner import BIN_S, fabric_spec
 from testbed.workload.scenario import load_scenario
+from testbed.workload.shared_fabric import SharedFabric
 
 REPO = Path(__file__).resolve().parents[2]
+# Each runs a shipped scenario over every transport: minutes each.
+pytestmark = pytest.mark.slow
 SCENARIOS = sorted((REPO / 'scenarios').glob('*.yaml'))
 SUMMARY_SCHEMA = json.loads((REPO / 'docs/schemas/summary.schema.json').read_text())
 OUTPUTS = {'scenario.yaml', 'summary.json', 'timeline.csv', 'events.jsonl',
@@ -148,19 +152,56 @@ def load_runs(out, transports):
             for t in transports}
 
 
-def run_quick(name, tmp_path):
+class ScenarioFabrics:
+    """The shared fabric the scenario tests run on (testbed.workload.
+    shared_fabric), one at a time: scenarios of one fabric run on it one after
+    another, settled between them as their transports are; a scenario of
+    another fabric, or one that wants fresh fabrics, closes it first (it
+    holds the run lock)."""
+
+    def __init__(self) -> None:
+        self.held: SharedFabric | None = None
+        self.key: tuple | None = None
+
+    def for_scenario(self, sc) -> SharedFabric:
+        key = (fabric_spec(sc.topology, sc.link_rate_mbit), sc.convergence_delay_s)
+        if self.held is None or key != self.key:
+            self.release()
+            self.held, self.key = SharedFabric(key[0], lambda _line: None, key[1]), key
+        return self.held
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.__exit__(None, None, None)
+        self.held = self.key = None
+
+
+@pytest.fixture(scope='module')
+def fabrics():
+    held = ScenarioFabrics()
+    yield held
+    held.release()
+
+
+def run_quick(name, tmp_path, fabrics):
     """The scenario's quick form over every transport, each result trusted
-    (an untrusted transport is run once more). The transports share one
-    fabric, settled between them (testbed.workload.shared_fabric), as the
-    interactive CLI's `scenario` command runs them; the default scenario
-    gets a fresh fabric per transport, as `mrc-testbed run` gives it."""
+    (an untrusted transport is run once more). The transports run one after
+    another on the module's shared fabric, as the interactive CLI's
+    `scenario` command runs them (ScenarioFabrics); the default scenario gets
+    a fresh fabric per transport, as `mrc-testbed run` gives it."""
     scenario = load_scenario(REPO / 'scenarios' / (name + '.yaml'))
     runs, todo = {}, scenario.quick_version().transports
-    share = REPO / DEFAULT_SCENARIO != REPO / 'scenarios' / (name + '.yaml')
+    if REPO / DEFAULT_SCENARIO == REPO / 'scenarios' / (name + '.yaml'):
+        fabrics.release()
+        shared = None
+    else:
+        shared = fabrics.for_scenario(scenario.quick_version())
     for attempt in (1, 2):
         out, _ = run_scenario(scenario, tmp_path / str(attempt),
                               transports=todo, quick=True,
-                              progress=lambda line: None, share_fabric=share)
+                              progress=lambda line: None, shared=shared)
+        fabrics_used = json.loads((out / 'summary.json').read_text())['fabrics']
+        assert fabrics_used['per_transport'] == (shared is None), fabrics_used
         runs.update(load_runs(out, todo))
         todo = tuple(t for t in todo if not runs[t].summary['trusted'])
         if not todo:
@@ -384,8 +425,8 @@ def test_every_scenario_file_is_covered():
     assert {p.stem for p in SCENARIOS} <= tested
 
 
-def test_link_failure_allreduce(tmp_path):
-    sc, fabric, runs = run_quick('link_failure_allreduce', tmp_path)
+def test_link_failure_allreduce(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('link_failure_allreduce', tmp_path, fabrics)
     assert_mrc_rides_through(sc, fabric, runs['mrc'])
     assert_healthy_plane_never_stalls(runs['mrc'], fabric, ('p1a0x0', 'p1c0'))
     outage = outage_s(sc, 'link_down')          # 4 s
@@ -459,8 +500,8 @@ def crosses(carrier, link):
     return any({x, y} == {a, b} for x, y in zip(usids, usids[1:]))
 
 
-def test_core_switch_failure(tmp_path):
-    sc, fabric, runs = run_quick('core_switch_failure', tmp_path)
+def test_core_switch_failure(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('core_switch_failure', tmp_path, fabrics)
     assert_mrc_rides_through(sc, fabric, runs['mrc'])
     outage = outage_s(sc, 'switch_down')        # 4.2 s
     # At 5 Mbit/s (base RTT 26 ms, T 0.29 s): RC's 8 T, 2.3 s, ends before
@@ -474,8 +515,8 @@ def test_core_switch_failure(tmp_path):
                                  fabric.ecmp_expiries, outage) is True
 
 
-def test_plane_failure(tmp_path):
-    sc, fabric, runs = run_quick('plane_failure', tmp_path)
+def test_plane_failure(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('plane_failure', tmp_path, fabrics)
     # Every host's plane-1 port loses its carrier: each endpoint is told
     # and MRC carries on over planes 2-4, 3 of 4 of the capacity.
     assert_mrc_rides_through(sc, fabric, runs['mrc'])
@@ -493,8 +534,8 @@ def test_plane_failure(tmp_path):
                                  outage) is True
 
 
-def test_flapping_link(tmp_path):
-    sc, fabric, runs = run_quick('flapping_link', tmp_path)
+def test_flapping_link(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('flapping_link', tmp_path, fabrics)
     # Each of the four down periods is a fault of its own: found and
     # recovered from within the bounds each time.
     assert len(faults_of(runs['mrc'])) >= 3
@@ -509,8 +550,8 @@ def test_flapping_link(tmp_path):
                                      outage) is True
 
 
-def test_gray_failure_1pct(tmp_path):
-    sc, fabric, runs = run_quick('gray_failure_1pct', tmp_path)
+def test_gray_failure_1pct(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('gray_failure_1pct', tmp_path, fabrics)
     mrc = runs['mrc'].summary
     completes_intact(runs['mrc'])
     # MRC resends only what was lost (selective acknowledgements), each
@@ -536,8 +577,8 @@ def test_gray_failure_1pct(tmp_path):
                    for m in run.summary['routes_moved'])
 
 
-def test_incast_7to1_victim(tmp_path):
-    sc, fabric, runs = run_quick('incast_7to1_victim', tmp_path)
+def test_incast_7to1_victim(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('incast_7to1_victim', tmp_path, fabrics)
     rate = sc.link_rate_mbit
     planes = len(sc.plan().planes)
     incast_bytes = 7 * sc.workload.size_mb * 1e6
@@ -561,8 +602,8 @@ def test_incast_7to1_victim(tmp_path):
     assert victim['of_reach'] > fifo_share, victim
 
 
-def test_nic_port_failure(tmp_path):
-    sc, fabric, runs = run_quick('nic_port_failure', tmp_path)
+def test_nic_port_failure(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('nic_port_failure', tmp_path, fabrics)
     # h1 learns of its own port at once (a port event), its peers from its
     # Port Status Update. The recovery
     # figure is not a measure here: the quick form's bystander flow (h6 ->
@@ -585,8 +626,8 @@ def test_nic_port_failure(tmp_path):
                                  outage) is True
 
 
-def test_permutation_ecmp_vs_mrc(tmp_path):
-    sc, fabric, runs = run_quick('permutation_ecmp_vs_mrc', tmp_path)
+def test_permutation_ecmp_vs_mrc(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('permutation_ecmp_vs_mrc', tmp_path, fabrics)
     for name in ('mrc', 'ecmp', 'tcp', 'mptcp'):
         completes_intact(runs[name])
     # RC on the routed fabric: flows hashed onto one link share it, under

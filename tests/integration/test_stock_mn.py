@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from testbed.fabric.clean import our_processes
 from testbed.fabric.host_decap import kernel_seg6local
@@ -16,6 +17,7 @@ from testbed.fabric.run_lock import RunLock
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
 from tests.integration.leaks import leaked
+from tests.integration.time_limits import BASE_S, build_allowance
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = 'fattree,k=4,planes=2'
@@ -73,6 +75,10 @@ def ping_until_answered(child, src, address):
     return False
 
 
+# Stock mn builds and tears down the 2-plane fat-tree (160 system ports) its
+# own way, in a child, then pings every plane.
+@pytest.mark.time_limit(BASE_S + build_allowance(160, afxdp=False),
+                        why="stock mn's fat-tree in a child")
 def test_stock_mn_forwards_srv6_on_every_plane():
     plan = FabricPlan.from_topo(parse_topo_spec(SPEC).build())
     switches = list(plan.switches)

@@ -34,6 +34,8 @@ class Fab:
     def __init__(self) -> None:
         self.spec = SPEC
         self.plan = FabricPlan.from_topo(SPEC.build())
+        self.convergence_delay_s = 1.0
+        self.signals = None
 
 
 class Transfers:
@@ -111,8 +113,9 @@ def test_write_imm_asks_for_a_write_with_immediate(cli):
 def test_scenario_runs_on_this_fabric_or_says_which_to_start(cli, monkeypatch):
     ran = []
 
-    def fake_run(scenario, out, transports, quick, progress, fabric):
-        ran.append((scenario.name, transports, quick, fabric))
+    def fake_run(scenario, out, transports, quick, progress, shared):
+        # the scenario's transports share this fabric (shared_fabric)
+        ran.append((scenario.name, transports, quick, shared.given))
         return out / 'x', {}
     monkeypatch.setattr(run_scenario, 'run_scenario', fake_run)
     monkeypatch.setattr('testbed.workload.report.table', lambda summary: '')
