@@ -35,6 +35,7 @@ from testbed import native_core  # noqa: E402
 from testbed.bench import charts, endpoint_core  # noqa: E402
 from testbed.bench.fabric_build import (measure as measure_build,  # noqa: E402
                                 vswitchd_pid)
+from testbed.bench.port_builds import measure_port_builds, port_builds_text  # noqa: E402
 from testbed.bench.harness import (BenchContext, SectionResult, md_table,  # noqa: E402
                            run_trial, scenario)
 from testbed.fabric import ovs  # noqa: E402
@@ -111,6 +112,7 @@ KEPT_UP = 0.9               # of the lowest rate's goodput / ideal
 def run(ctx: BenchContext) -> SectionResult:
     builds, skipped = measure_builds(ctx)
     data = {'machine': machine_facts(), 'builds': builds, 'skipped': skipped,
+            'port_builds': measure_port_builds(ctx),
             'capacity': measure_capacity(ctx),
             'bypass': measure_qdisc_bypass(ctx),
             'endpoint': measure_endpoint(ctx),
@@ -122,12 +124,13 @@ def run(ctx: BenchContext) -> SectionResult:
 def markdown(ctx: BenchContext, data: dict) -> str:
     """The section's text and plots from its measurements (also from the
     raw JSON of an earlier run)."""
-    return '\n\n'.join([
+    return '\n\n'.join(part for part in [
         machine_text(data['machine']),
         builds_text(ctx, data['builds'], data['skipped'], data['machine']),
+        port_builds_text(data.get('port_builds', [])),
         capacity_text(ctx, data['capacity'], data.get('bypass', [])),
         endpoint_text(data['endpoint']),
-        fidelity_text(data['fidelity'], data['capacity'], data['endpoint'])])
+        fidelity_text(data['fidelity'], data['capacity'], data['endpoint'])] if part)
 
 
 def machine_facts() -> dict:

@@ -170,12 +170,14 @@ class FabricNet:
         # tear down a network whose build failed half way.
         if self.afxdp:
             port_stage.stage_links(self.topo)
+            port_stage.discard_pending()
             self._set_pmd()
         self.net = Mininet(topo=self.topo, switch=switch, host=FabricHost,
                            controller=partial(UsidControllerNode,
                                               ip='127.0.0.1', port=port),
                            autoSetMacs=False, build=False)
         self.net.build()
+        port_stage.apply_pending()       # the staged links' tc, in one batch
         self.net.start()
         root_links = self._root_links()
         ovs.tag_links(root_links)

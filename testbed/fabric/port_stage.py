@@ -26,6 +26,8 @@ program counting the same ~13,160 packets on both
 """
 from __future__ import annotations
 
+import subprocess
+
 from mininet.util import makeIntfPair, quietRun
 from pyroute2 import IPRoute
 
@@ -51,15 +53,44 @@ def redirect_commands(stage: str, to: str) -> list[str]:
             'action mirred egress redirect dev %s' % (stage, to)]
 
 
+# tc commands of the links being built, run in one `tc -batch` once they all
+# exist (apply_pending): one process per command cost ~10 s of an AF_XDP
+# fat-tree's build (1,600 commands for fattree,k=4,planes=2,bw=10).
+_pending: list[str] = []
+
+
+def discard_pending() -> None:
+    """Forget what a build that failed half way had queued."""
+    _pending.clear()
+
+
+def apply_pending() -> None:
+    """Run every queued tc command (the stages' redirects, the links'
+    shaping), in the order queued."""
+    commands = [cmd.split(None, 1)[1] for cmd in _pending]
+    _pending.clear()
+    if not commands:
+        return
+    done = subprocess.run(['tc', '-force', '-batch', '-'], input='\n'.join(commands) + '\n',
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError('staged links: tc -batch: %s' % done.stderr.strip()[-2000:])
+
+
 class StagedIntf(SizedIntf):
     """A link end whose egress queue is the other end's stage: the link's
-    tc configuration (HTB, netem) goes there, in the root namespace."""
+    tc configuration (HTB, netem) goes there, in the root namespace, queued
+    for apply_pending (what only reads is run at once)."""
 
     def queue(self) -> str:
         return self.link.queue_of[self.name]
 
     def tc(self, cmd, tc='tc'):
-        return quietRun(cmd % (tc, self.queue()))
+        command = cmd % (tc, self.queue())
+        if ' show ' in command:
+            return quietRun(command)
+        _pending.append(command)
+        return ''
 
     def config(self, mtu=None, **params):
         result = super().config(mtu=mtu, **params)
@@ -87,12 +118,12 @@ class StagedLink(SizedLink):
         for node, intf, addr in ((node1, intfname1, addr1), (node2, intfname2, addr2)):
             if addr is not None:
                 (node.cmd if node else quietRun)('ip link set dev %s address %s' % (intf, addr))
-        for command in ['ip link set dev %s up' % s for s in (stage1, stage2)] + \
-                redirect_commands(stage1, stage2) + redirect_commands(stage2, stage1):
+        for command in ['ip link set dev %s up' % s for s in (stage1, stage2)]:
             out = quietRun(command)
             if out.strip():
                 raise RuntimeError('stage of %s<->%s: %s: %s'
                                    % (intfname1, intfname2, command, out.strip()))
+        _pending.extend(redirect_commands(stage1, stage2) + redirect_commands(stage2, stage1))
 
     def stages(self) -> list[str]:
         return sorted(self.queue_of.values())
