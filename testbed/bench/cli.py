@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='comma-separated, from: %s (default: all)'
                         % ', '.join(SECTIONS))
     parser.add_argument('--quick', action='store_true',
-                        help='the smoke version: one repetition, small '
+                        help='the quick version: one repetition, small '
                         'transfers, a few trials; figures not for publishing')
     parser.add_argument('--smoke', action='store_true',
                         help='the quick version cut to one trial of each kind '

@@ -37,11 +37,11 @@ from testbed.bench.harness import (BenchContext, RECOVERY_HOLD_S,
                                    goodput_mbps, md_table, rejected_note,
                                    retried_note, run_trial, scenario,
                                    spread)
+from testbed.fabric.baseline import REVALIDATE_S
 from testbed.fabric.convergence import (DEFAULT_CONVERGENCE_DELAY_S,
                                         HARDWARE_CONVERGENCE_S, emulated_delay)
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.fabric.net import FabricNet
-from testbed.fabric.verify import REVALIDATE_S
 from testbed.nic.emulated_timescale import fabric_qp_profile
 from testbed.nic.retry_timer import time_to_error
 from testbed.workload.base_rtt import measure_base_rtt

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.fabric.clean import our_nft_tables
 
@@ -91,13 +92,14 @@ class Baseline:
             heard = self.last_port_status()
             quiet_at = -1.0 if heard is None else heard + self.delay_s + REVALIDATE_S
             now = time.monotonic()
-            if now < quiet_at < deadline:
+            if now < quiet_at:
+                if quiet_at >= deadline:
+                    return self.state.differences(self.now()) + [
+                        'the controller was still converging']
                 time.sleep(quiet_at - now)
                 continue
             found = self.state.differences(self.now())
-            if not found or time.monotonic() >= deadline:
-                if now < quiet_at:
-                    found.append('the controller was still converging')
+            if not found or now >= deadline:
                 return found
             time.sleep(POLL_S)
 
@@ -136,7 +138,7 @@ def _filters(devices: list[str]) -> dict[str, int]:
             for direction, parent in CLSACT_PARENTS.items():
                 try:
                     found = ipr.get_filters(index=index[device], parent=parent)
-                except Exception:   # noqa: BLE001 - no clsact there: no filter
+                except NetlinkError:        # no clsact there: no filter
                     found = []
                 counts['%s %s' % (device, direction)] = len(found)
     return counts

@@ -168,9 +168,9 @@ class FabricNet:
                          port_type='afxdp' if self.afxdp else 'system')
         # build=False: self.net exists before any node does, so stop() can
         # tear down a network whose build failed half way.
+        port_stage.discard_pending()     # what a build that failed half way queued
         if self.afxdp:
             port_stage.stage_links(self.topo)
-            port_stage.discard_pending()
             self._set_pmd()
         self.net = Mininet(topo=self.topo, switch=switch, host=FabricHost,
                            controller=partial(UsidControllerNode,

@@ -11,6 +11,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
+from testbed.fabric.baseline import REVALIDATE_S
 from testbed.fabric.net import FabricNet
 from testbed.fabric.probe import (PathProber, all_pairs, routed_choices,
                                   sample_pairs)
@@ -81,11 +82,6 @@ def verify_fabric(fab: FabricNet, pairs: list[tuple[str, str]] | None = None,
         failed_paths=[asdict(p) for p in failed],
         down_links=[list(l) for l in down_links],
         timings=dict(fab.timings, probe_s=time.monotonic() - t0))
-
-
-# After the last group change OVS revalidates its datapath flows within its
-# max-revalidator interval (500 ms by default).
-REVALIDATE_S = 0.5
 
 
 def verify(spec: TopoSpec, down_links: list[tuple[str, str]] = (),
