@@ -14,6 +14,7 @@ from testbed.fabric.probe import PathProber
 from testbed.workload.endpoint_flows import EndpointFlows
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.nic.emulated_timescale import DATA_FRAME_BYTES, DATA_PAYLOAD_BYTES
+from tests.integration.time_limits import BASE_S
 
 TIMELINES = 24
 SIZE = 2 << 20
@@ -71,6 +72,8 @@ def test_faults_are_drawn_within_the_shortest_write():
 
 
 @pytest.mark.slow
+@pytest.mark.time_limit(BASE_S + TIMELINES * STUCK_AFTER_S,
+                        why='every timeline cut at STUCK_AFTER_S')
 def test_random_fault_timelines(fabric_factory):
     fab = fabric_factory('fattree,k=4,planes=2,bw=%g' % (RATE_BPS / 1e6))
     rnd = random.Random(7)
