@@ -168,7 +168,6 @@ class FabricNet:
                          port_type='afxdp' if self.afxdp else 'system')
         # build=False: self.net exists before any node does, so stop() can
         # tear down a network whose build failed half way.
-        port_stage.discard_pending()     # what a build that failed half way queued
         if self.afxdp:
             port_stage.stage_links(self.topo)
             self._set_pmd()
@@ -176,8 +175,8 @@ class FabricNet:
                            controller=partial(UsidControllerNode,
                                               ip='127.0.0.1', port=port),
                            autoSetMacs=False, build=False)
-        self.net.build()
-        port_stage.apply_pending()       # the staged links' tc, in one batch
+        with port_stage.batched_tc():    # the staged links' tc, in one batch
+            self.net.build()
         self.net.start()
         root_links = self._root_links()
         ovs.tag_links(root_links)

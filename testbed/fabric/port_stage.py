@@ -27,6 +27,8 @@ program counting the same ~13,160 packets on both
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from mininet.util import makeIntfPair, quietRun
 from pyroute2 import IPRoute
@@ -53,25 +55,41 @@ def redirect_commands(stage: str, to: str) -> list[str]:
             'action mirred egress redirect dev %s' % (stage, to)]
 
 
-# tc commands of the links being built, run in one `tc -batch` once they all
-# exist (apply_pending): one process per command cost ~10 s of an AF_XDP
-# fat-tree's build (1,600 commands for fattree,k=4,planes=2,bw=10).
-_pending: list[str] = []
+# The tc commands of the links a build is making, run in one `tc -batch` once
+# they all exist (batched_tc): one process per command cost ~10 s of an
+# AF_XDP fat-tree's build (1,600 commands for fattree,k=4,planes=2,bw=10).
+# None outside a build: a command then runs at once.
+_pending: list[str] | None = None
 
 
-def discard_pending() -> None:
-    """Forget what a build that failed half way had queued."""
-    _pending.clear()
+@contextmanager
+def batched_tc() -> Iterator[None]:
+    """Queue the staged links' tc commands made inside, and run them in one
+    tc -batch, in order, once it ends; a build that fails inside drops them."""
+    global _pending
+    _pending = []
+    try:
+        yield
+        commands = _pending
+    finally:
+        _pending = None
+    _run_batch(commands)
 
 
-def apply_pending() -> None:
-    """Run every queued tc command (the stages' redirects, the links'
-    shaping), in the order queued."""
-    commands = [cmd.split(None, 1)[1] for cmd in _pending]
-    _pending.clear()
+def _tc(command: str) -> str:
+    """Run a tc command now, or queue it in a batched build (what only reads
+    runs now either way)."""
+    if _pending is None or ' show ' in command:
+        return quietRun(command)
+    _pending.append(command)
+    return ''
+
+
+def _run_batch(commands: list[str]) -> None:
     if not commands:
         return
-    done = subprocess.run(['tc', '-force', '-batch', '-'], input='\n'.join(commands) + '\n',
+    done = subprocess.run(['tc', '-force', '-batch', '-'],
+                          input=''.join(cmd.split(None, 1)[1] + '\n' for cmd in commands),
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError('staged links: tc -batch: %s' % done.stderr.strip()[-2000:])
@@ -79,18 +97,14 @@ def apply_pending() -> None:
 
 class StagedIntf(SizedIntf):
     """A link end whose egress queue is the other end's stage: the link's
-    tc configuration (HTB, netem) goes there, in the root namespace, queued
-    for apply_pending (what only reads is run at once)."""
+    tc configuration (HTB, netem) goes there, in the root namespace (in a
+    build, batched: batched_tc)."""
 
     def queue(self) -> str:
         return self.link.queue_of[self.name]
 
     def tc(self, cmd, tc='tc'):
-        command = cmd % (tc, self.queue())
-        if ' show ' in command:
-            return quietRun(command)
-        _pending.append(command)
-        return ''
+        return _tc(cmd % (tc, self.queue()))
 
     def config(self, mtu=None, **params):
         result = super().config(mtu=mtu, **params)
@@ -123,7 +137,11 @@ class StagedLink(SizedLink):
             if out.strip():
                 raise RuntimeError('stage of %s<->%s: %s: %s'
                                    % (intfname1, intfname2, command, out.strip()))
-        _pending.extend(redirect_commands(stage1, stage2) + redirect_commands(stage2, stage1))
+        for command in redirect_commands(stage1, stage2) + redirect_commands(stage2, stage1):
+            out = _tc(command)
+            if out.strip():
+                raise RuntimeError('stage of %s<->%s: %s: %s'
+                                   % (intfname1, intfname2, command, out.strip()))
 
     def stages(self) -> list[str]:
         return sorted(self.queue_of.values())

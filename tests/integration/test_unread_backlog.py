@@ -22,6 +22,8 @@ from testbed.workload.workloads import build_workload
 
 SPEC = 'fattree,k=4,planes=2'
 SECONDS = 1.5
+LIGHT_PPS = 100       # probe packets/s: light for any datapath
+SMALL = 'leafspine,leaves=2,spines=2,hosts=1,planes=1'
 
 
 def health_of_sending(probe: Probe, rate: float | None) -> dict:
@@ -42,17 +44,20 @@ def health_of_sending(probe: Probe, rate: float | None) -> dict:
 
 def test_packets_waiting_unread_in_the_datapaths_sockets_are_a_wait_the_gate_limits():
     with ExitStack() as stack:
-        fab, probe = probed_fabric(SPEC, 'h1', 'h9', 'system', stack)
+        fab, probe = probed_fabric(SMALL, 'h1', 'h2', 'system', stack)
         plan = fab.plan
         # Every switch end of every link (switch to switch, switch to host) is
         # a `system` port read through a packet socket of ovs-vswitchd's.
         ports = 2 * len(plan.links) + len(plan.host_ports)
         assert len(datapath_sockets()) == ports
-        # 1,000 packets/s over 5 switches is a twentieth of the ~100k
-        # packet-hops/s this fabric forwards without loss (BENCHMARKS.md
-        # section 6): ovs-vswitchd keeps up, a packet waits at each port
-        # only for the main thread's next turn over its 160 sockets.
-        light = health_of_sending(probe, 1_000)
+        # Light: a packet waits at each port for ovs-vswitchd's main thread
+        # to come round to its socket, at worst one turn of its loop, and a
+        # turn goes over every bridge and port of the datapath. On the k=4
+        # fat-tree (40 bridges, 160 ports) a turn took ~2 ms on one machine of
+        # this kind even at 100 packets/s: 12-19 ms a round trip, past the
+        # gate's limit, rightly (another machine of the kind read under it).
+        # On 4 bridges and 10 ports a turn is a sixteenth of that.
+        light = health_of_sending(probe, LIGHT_PPS)
     assert light['datapath_unread_wait_s'] < UNREAD_WAIT_LIMIT_S, light
     assert light['trusted'], light['reasons']
 
@@ -71,10 +76,9 @@ def test_frames_waiting_in_the_af_xdp_rings_are_read_the_same_way():
         finally:
             for ring in rings:
                 ring.close()
-        # The same twentieth of what the `system` ports forward, a
-        # sixtieth of the AF_XDP ports' ~300k packet-hops/s (BENCHMARKS.md
-        # section 6): the PMD thread empties each ring at every turn.
-        light = health_of_sending(probe, 1_000)
+        # The same light load on the fat-tree: the PMD thread polls every
+        # ring at every turn whether or not a packet came, and empties each.
+        light = health_of_sending(probe, LIGHT_PPS)
     assert light['datapath_unread_wait_s'] is not None, light
     assert light['datapath_unread_wait_s'] < UNREAD_WAIT_LIMIT_S, light
     assert light['trusted'], light['reasons']
