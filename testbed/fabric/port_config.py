@@ -64,10 +64,10 @@ def set_forwarding(ports: Iterable[tuple[str, str]], forward: bool) -> None:
             with _guarded(bridge):
                 _wait_barrier(sock, bridge)
     if not forward:
-        _purge_cached_flows()
+        purge_cached_flows()
 
 
-def _purge_cached_flows() -> None:
+def purge_cached_flows() -> None:
     """Drop the datapath's cached flows, so every packet from now on is forwarded by
     the new port config. The barrier says OpenFlow has it, but a cached flow still
     outputs to the port until a revalidator has been through it: on an `afxdp=1`

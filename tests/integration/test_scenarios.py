@@ -3,7 +3,7 @@ for is asserted, not just that it ran.
 
 A result the project marks NOT TRUSTED (the emulator-health gate,
 `summary[transport]['trusted']`) never counts: the transports that came out
-untrusted are run once more, and a second untrusted result fails the test.
+untrusted are run again, and UNTRUSTED_TRIES untrusted results fail the test.
 
 Every time bound is in base RTTs of the scenario's fabric (`base_rtt_s`) or
 in the transport timers derived from it (`fabric_qp_profile`), as the
@@ -85,6 +85,12 @@ LOOP_SLACK_RTTS = 2
 # is far longer: the switch counters' netlink dumps alone took ~0.6 s of CPU
 # on the k=4 fat-tree, which the gate used to charge to the endpoint loop.
 GATE_WINDOW_LAG_S = 0.1
+# A transport whose result the health gate did not trust is run again: the
+# scenarios sit at 40-60 % of the gate's limits on a quiet machine of this
+# kind, and a slower or busier one reads some runs past them (the endpoint
+# loop's wait for a CPU, the datapath's unread backlog). An untrusted result
+# never counts; this many untrusted in a row fail the test.
+UNTRUSTED_TRIES = 3
 
 
 @dataclass
@@ -185,10 +191,11 @@ def fabrics():
 
 def run_quick(name, tmp_path, fabrics):
     """The scenario's quick form over every transport, each result trusted
-    (an untrusted transport is run once more). The transports run one after
-    another on the module's shared fabric, as the interactive CLI's
-    `scenario` command runs them (ScenarioFabrics); the default scenario gets
-    a fresh fabric per transport, as `mrc-testbed run` gives it."""
+    (an untrusted transport is run again, up to UNTRUSTED_TRIES in all).
+    The transports run one after another on the module's shared fabric, as
+    the interactive CLI's `scenario` command runs them (ScenarioFabrics); the
+    default scenario gets a fresh fabric per transport, as `mrc-testbed run`
+    gives it."""
     scenario = load_scenario(REPO / 'scenarios' / (name + '.yaml'))
     runs, todo = {}, scenario.quick_version().transports
     if REPO / DEFAULT_SCENARIO == REPO / 'scenarios' / (name + '.yaml'):
@@ -196,7 +203,7 @@ def run_quick(name, tmp_path, fabrics):
         shared = None
     else:
         shared = fabrics.for_scenario(scenario.quick_version())
-    for attempt in (1, 2):
+    for attempt in range(1, UNTRUSTED_TRIES + 1):
         out, _ = run_scenario(scenario, tmp_path / str(attempt),
                               transports=todo, quick=True,
                               progress=lambda line: None, shared=shared)
@@ -206,8 +213,8 @@ def run_quick(name, tmp_path, fabrics):
         todo = tuple(t for t in todo if not runs[t].summary['trusted'])
         if not todo:
             break
-    assert not todo, 'NOT TRUSTED twice: %s' % {
-        t: runs[t].summary['health']['reasons'] for t in todo}
+    assert not todo, 'NOT TRUSTED %d times: %s' % (UNTRUSTED_TRIES, {
+        t: runs[t].summary['health']['reasons'] for t in todo})
     return checked(scenario, runs)
 
 
@@ -357,17 +364,29 @@ def assert_mrc_rides_through(sc, fabric, run, recovery=True):
 
 # --- the routed baselines (docs/routed-fabric.md) ---------------------------
 
+# The controller's timer fires within its slack of the delay, and the group
+# changes it then sends are logged within milliseconds: 0.1 s for both.
+TIMER_SLACK_S = 0.1
+
+
 def assert_routes_move_after_convergence(run):
     """The controller rewrites the ECMP groups one convergence delay after
-    the switches report the first fault (port-status comes within
-    milliseconds), never sooner; or the run ended first."""
+    a switch reports the first fault down (its port-status), never sooner;
+    or the run ended first. The report comes once OVS sees the link down:
+    on a staged AF_XDP link ~0.1 s after the fault began (the cut stops OVS
+    forwarding to the port and purges the datapath's cached flows first,
+    testbed.fabric.port_stage.cut; then OVS reads the port's carrier)."""
     s = run.summary
     assert s['fabric'] == 'routed'
     delay = s['convergence_delay_s']
     first = s['routes_moved'][0] if s['routes_moved'] else None
     if first is None or first['after_s'] is None:
         return
-    assert delay <= first['after_s'] <= delay + 0.1, s['routes_moved']
+    heard = min(e['t'] for e in run.events if e.get('source') == 'controller'
+                and e.get('event') == 'port_status' and not e['up']
+                and e['t'] >= first['at_s'])
+    moved = first['groups_changed_at_s'] - heard
+    assert delay <= moved <= delay + TIMER_SLACK_S, (s['routes_moved'], heard)
 
 
 def survives(repair_s, fabric, budget_s):
