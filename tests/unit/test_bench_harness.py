@@ -101,14 +101,15 @@ def test_what_limits_paragraphs_are_marked_as_analysis() -> None:
 
 
 class _Ctx:
-    def __init__(self) -> None:
+    def __init__(self, smoke: bool = False) -> None:
         self.said: list[str] = []
+        self.smoke = smoke
 
     def say(self, section: str, text: str) -> None:
         self.said.append(text)
 
 
-def _retrying(monkeypatch, healths: list[dict]):
+def _retrying(monkeypatch, healths: list[dict], smoke: bool = False):
     """run_trial over a fake runner whose runs have these health verdicts."""
     from testbed.bench import harness
     runs = [TransportRun('mrc', 0, health=h) for h in healths]
@@ -123,7 +124,7 @@ def _retrying(monkeypatch, healths: list[dict]):
             return runs[len(executed) - 1]
     monkeypatch.setattr(harness, 'TransportRunner', FakeRunner)
     monkeypatch.setattr(harness.time, 'sleep', lambda s: None)
-    ctx = _Ctx()
+    ctx = _Ctx(smoke)
     trial = harness.run_trial(ctx, 'failover', 'fab', None, 'mrc', 'c', 0)
     return trial, len(executed), ctx.said
 
@@ -141,6 +142,13 @@ def test_a_saturated_trial_is_run_again_until_it_runs_clean(monkeypatch) -> None
     trial, runs, _ = _retrying(monkeypatch, [SATURATED] * MAX_ATTEMPTS)
     assert (trial.trusted, trial.attempts, runs) == (False, MAX_ATTEMPTS,
                                                      MAX_ATTEMPTS)
+    assert trial.rejected
+
+
+def test_a_smoke_run_takes_each_trial_once(monkeypatch) -> None:
+    # its figures are not read: a saturated trial is reported rejected
+    trial, runs, said = _retrying(monkeypatch, [SATURATED, CLEAN], smoke=True)
+    assert (trial.trusted, trial.attempts, runs) == (False, 1, 1)
     assert trial.rejected
 
 
