@@ -194,6 +194,7 @@ def test_default_run_is_trusted_beside_a_busy_core(tmp_path, own_session):
         hog.kill()
         hog.wait()
     summary = json.loads(next(tmp_path.rglob('summary.json')).read_text())
+    assert summary['fabrics']['per_transport'], summary['fabrics']   # `run`: a fresh one
     mrc = summary['transports']['mrc']
     health = mrc['health']
     assert health['switch_ports']['type'] == 'afxdp', health['switch_ports']
