@@ -54,6 +54,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from testbed.cli import DEFAULT_SCENARIO
 from testbed.fabric.faults.catalogue import disruptive
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.nic.emulated_timescale import MTU, base_rtt_s, fabric_qp_profile
@@ -192,17 +193,22 @@ def run_quick(name, tmp_path, fabrics):
     """The scenario's quick form over every transport, each result trusted
     (an untrusted transport is run again, up to UNTRUSTED_TRIES in all).
     The transports run one after another on the module's shared fabric, as
-    the interactive CLI's `scenario` command runs them (ScenarioFabrics);
-    `mrc-testbed run`'s fresh fabric per transport is test_commands'."""
+    the interactive CLI's `scenario` command runs them (ScenarioFabrics); the
+    default scenario gets a fresh fabric per transport, as `mrc-testbed run`
+    gives it."""
     scenario = load_scenario(REPO / 'scenarios' / (name + '.yaml'))
     runs, todo = {}, scenario.quick_version().transports
-    shared = fabrics.for_scenario(scenario.quick_version())
+    if REPO / DEFAULT_SCENARIO == REPO / 'scenarios' / (name + '.yaml'):
+        fabrics.release()
+        shared = None
+    else:
+        shared = fabrics.for_scenario(scenario.quick_version())
     for attempt in range(1, UNTRUSTED_TRIES + 1):
         out, _ = run_scenario(scenario, tmp_path / str(attempt),
                               transports=todo, quick=True,
                               progress=lambda line: None, shared=shared)
         fabrics_used = json.loads((out / 'summary.json').read_text())['fabrics']
-        assert not fabrics_used['per_transport'], fabrics_used
+        assert fabrics_used['per_transport'] == (shared is None), fabrics_used
         runs.update(load_runs(out, todo))
         todo = tuple(t for t in todo if not runs[t].summary['trusted'])
         if not todo:
@@ -438,10 +444,6 @@ def test_every_scenario_file_is_covered():
     assert {p.stem for p in SCENARIOS} <= tested
 
 
-# In the order of their fabrics (ScenarioFabrics builds one when the
-# fabric changes): the default fat-tree with 3,500-byte packets at 10, 5 and
-# 6 Mbit/s, with 1,500-byte ones at 5, 10 and 3, then the 4-plane leaf-spine.
-
 def test_link_failure_allreduce(tmp_path, fabrics):
     sc, fabric, runs = run_quick('link_failure_allreduce', tmp_path, fabrics)
     assert_mrc_rides_through(sc, fabric, runs['mrc'])
@@ -515,6 +517,56 @@ def crosses(carrier, link):
     plane, usids = carrier_usids(carrier)
     a, b = (plan.switches[n].usid for n in link)
     return any({x, y} == {a, b} for x, y in zip(usids, usids[1:]))
+
+
+def test_core_switch_failure(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('core_switch_failure', tmp_path, fabrics)
+    assert_mrc_rides_through(sc, fabric, runs['mrc'])
+    outage = outage_s(sc, 'switch_down')        # 4.2 s
+    # At 5 Mbit/s (base RTT 26 ms, T 0.29 s): RC's 8 T, 2.3 s, ends before
+    # the core returns: its QPs through p1c0 error.
+    assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
+                                 fabric.rc_expiries,
+                                 outage) is False
+    assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
+    # ECMP's 22 T, 6.3 s, outlasts 4.2 s plus a resend: its QPs survive.
+    assert assert_routed_outcome(runs['ecmp'], fabric, fabric.ecmp_budget,
+                                 fabric.ecmp_expiries, outage) is True
+
+
+def test_plane_failure(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('plane_failure', tmp_path, fabrics)
+    # Every host's plane-1 port loses its carrier: each endpoint is told
+    # and MRC carries on over planes 2-4, 3 of 4 of the capacity.
+    assert_mrc_rides_through(sc, fabric, runs['mrc'])
+    assert runs['mrc'].summary['recovery'][0]['capacity_left'] == 0.75
+    outage = outage_s(sc, 'plane_down')         # 3.2 s
+    # RC is bound to the plane its hash picked; one of its four QPs is on
+    # plane 1 (deterministic hash) and errors after its 8 T; ECMP's 22 T
+    # outlasts the outage plus a resend.
+    assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
+                                 fabric.rc_expiries,
+                                 outage) is False
+    assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
+    assert assert_routed_outcome(runs['ecmp'], fabric, fabric.ecmp_budget,
+                                 fabric.ecmp_expiries,
+                                 outage) is True
+
+
+def test_flapping_link(tmp_path, fabrics):
+    sc, fabric, runs = run_quick('flapping_link', tmp_path, fabrics)
+    # Each of the four down periods is a fault of its own: found and
+    # recovered from within the bounds each time.
+    assert len(faults_of(runs['mrc'])) >= 3
+    assert_mrc_rides_through(sc, fabric, runs['mrc'])
+    outage = outage_s(sc, 'link_flap')          # 0.5 s down each time
+    # Down 0.5 s at a time, less than either budget less a timeout: RC and
+    # ECMP stall and resume each time, and complete.
+    for name, budget, expiries in (
+            ('rc', fabric.rc_budget, fabric.rc_expiries),
+            ('ecmp', fabric.ecmp_budget, fabric.ecmp_expiries)):
+        assert assert_routed_outcome(runs[name], fabric, budget, expiries,
+                                     outage) is True
 
 
 def test_gray_failure_1pct(tmp_path, fabrics):
@@ -593,37 +645,6 @@ def test_nic_port_failure(tmp_path, fabrics):
                                  outage) is True
 
 
-def test_core_switch_failure(tmp_path, fabrics):
-    sc, fabric, runs = run_quick('core_switch_failure', tmp_path, fabrics)
-    assert_mrc_rides_through(sc, fabric, runs['mrc'])
-    outage = outage_s(sc, 'switch_down')        # 4.2 s
-    # At 5 Mbit/s (base RTT 26 ms, T 0.29 s): RC's 8 T, 2.3 s, ends before
-    # the core returns: its QPs through p1c0 error.
-    assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
-                                 fabric.rc_expiries,
-                                 outage) is False
-    assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
-    # ECMP's 22 T, 6.3 s, outlasts 4.2 s plus a resend: its QPs survive.
-    assert assert_routed_outcome(runs['ecmp'], fabric, fabric.ecmp_budget,
-                                 fabric.ecmp_expiries, outage) is True
-
-
-def test_flapping_link(tmp_path, fabrics):
-    sc, fabric, runs = run_quick('flapping_link', tmp_path, fabrics)
-    # Each of the four down periods is a fault of its own: found and
-    # recovered from within the bounds each time.
-    assert len(faults_of(runs['mrc'])) >= 3
-    assert_mrc_rides_through(sc, fabric, runs['mrc'])
-    outage = outage_s(sc, 'link_flap')          # 0.5 s down each time
-    # Down 0.5 s at a time, less than either budget less a timeout: RC and
-    # ECMP stall and resume each time, and complete.
-    for name, budget, expiries in (
-            ('rc', fabric.rc_budget, fabric.rc_expiries),
-            ('ecmp', fabric.ecmp_budget, fabric.ecmp_expiries)):
-        assert assert_routed_outcome(runs[name], fabric, budget, expiries,
-                                     outage) is True
-
-
 def test_permutation_ecmp_vs_mrc(tmp_path, fabrics):
     sc, fabric, runs = run_quick('permutation_ecmp_vs_mrc', tmp_path, fabrics)
     for name in ('mrc', 'ecmp', 'tcp', 'mptcp'):
@@ -673,25 +694,6 @@ def test_permutation_ecmp_vs_mrc(tmp_path, fabrics):
     least = jain_index([1, 4])
     assert runs['mptcp'].summary['jain_planes'] >= least, (
         least, runs['mptcp'].summary)
-
-
-def test_plane_failure(tmp_path, fabrics):
-    sc, fabric, runs = run_quick('plane_failure', tmp_path, fabrics)
-    # Every host's plane-1 port loses its carrier: each endpoint is told
-    # and MRC carries on over planes 2-4, 3 of 4 of the capacity.
-    assert_mrc_rides_through(sc, fabric, runs['mrc'])
-    assert runs['mrc'].summary['recovery'][0]['capacity_left'] == 0.75
-    outage = outage_s(sc, 'plane_down')         # 3.2 s
-    # RC is bound to the plane its hash picked; one of its four QPs is on
-    # plane 1 (deterministic hash) and errors after its 8 T; ECMP's 22 T
-    # outlasts the outage plus a resend.
-    assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
-                                 fabric.rc_expiries,
-                                 outage) is False
-    assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
-    assert assert_routed_outcome(runs['ecmp'], fabric, fabric.ecmp_budget,
-                                 fabric.ecmp_expiries,
-                                 outage) is True
 
 
 def test_run_command_refuses_a_bad_scenario_before_building(tmp_path):
