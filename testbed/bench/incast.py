@@ -22,7 +22,7 @@ from testbed.bench.harness import (BenchContext, SectionResult, Trial, md_table,
                            rejected_note, retried_note, run_trial, scenario,
                            side_by_side, spread, throughput_mbps)
 from testbed.fabric.net import FabricNet
-from testbed.nic.transport_config import DEFAULT_CC
+from testbed.workload.transports import transport as transport_info
 from testbed.workload.congestion_metrics import (false_demotions,
                                                  signals_summary)
 from testbed.workload.runner import fabric_spec
@@ -107,7 +107,7 @@ def run(ctx: BenchContext) -> SectionResult:
         # DCQCN transport's marks its last hop too: runner.fabric_spec).
         for transport in transports:
             spec = fabric_spec(fabric.topology, RATE_MBIT,
-                               DEFAULT_CC.get(transport))
+                               transport_info(transport).default_cc)
             with FabricNet(spec) as fab:
                 trials += [_trial(ctx, fab, fabric, transport, condition,
                                   workload, rep)

@@ -153,6 +153,12 @@ def delete_bridges(names: list[str], datapath: str) -> None:
     if not names:
         return
     if datapath == 'user' and set(list_bridges()) <= set(names):
+        # The links first: the kernel unbinds each AF_XDP socket as its
+        # device goes, in one batch, and the exit that closes the sockets
+        # then has less to do (the default AF_XDP fat-tree's teardown, three
+        # of each in one sitting: 12.0-14.4 s with the exit first, 8.0-8.8 s
+        # with the links first; the builds after were no slower).
+        delete_tagged_links()
         _delete_bridges_offline(names)
     else:
         _vsctl(*_del_br_args(names))

@@ -6,6 +6,7 @@ import time
 from collections import Counter
 
 from testbed.fabric.net import FabricNet
+from testbed.kernel.congestion import DEFAULT_KERNEL_CC
 from testbed.kernel.transports import FlowHandle, KernelTransports
 
 POLL_WAIT_S = 0.001
@@ -13,10 +14,12 @@ POLL_WAIT_S = 0.001
 
 class KernelFlows:
     def __init__(self, fab: FabricNet, transport: str, seed: int = 0,
-                 fabric_mode: str = 'srv6') -> None:
+                 fabric_mode: str = 'srv6', cc: str = DEFAULT_KERNEL_CC) -> None:
         # `seed` for the driver interface: the kernel picks its own ports.
+        # `cc`: the kernel's TCP congestion control (testbed.kernel.congestion).
         self.transport = transport
-        self.kernel = KernelTransports(fab, routed=fabric_mode == 'routed')
+        self.kernel = KernelTransports(fab, congestion=cc,
+                                       routed=fabric_mode == 'routed')
         self.handles: dict[int, FlowHandle] = {}
 
     def prepare(self, flows: list[tuple[str, str, int]]) -> None:

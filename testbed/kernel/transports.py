@@ -54,6 +54,7 @@ from testbed.kernel.routes import (SEG6_MODES, TABLE_BASE, TABLES_PER_FLOW,
                                    _del_routes, _RouteEntry, _selector,
                                    mirror)
 from testbed.kernel.seg6_encap import Seg6Encap
+from testbed.kernel.congestion import DEFAULT_KERNEL_CC
 from testbed.kernel.sockinfo import (IPPROTO_MPTCP, TCP_CONGESTION,
                                      SubflowStats, mptcp_counters,
                                      mptcp_subflows, tcp_info)
@@ -222,10 +223,11 @@ class KernelTransports:
                 kt.poll(timeout_s=0.01)
     """
 
-    def __init__(self, fab: Fabric, congestion: str | None = None,
+    def __init__(self, fab: Fabric, congestion: str = DEFAULT_KERNEL_CC,
                  seg6_mode: str = 'encap', routed: bool = False) -> None:
         """`congestion`: TCP congestion control for every flow (default:
-        the namespace's). `seg6_mode`: `encap` (outer IPv6 + an SRH holding
+        CUBIC, as Linux ships it, whatever this machine's default is:
+        testbed.kernel.congestion). `seg6_mode`: `encap` (outer IPv6 + an SRH holding
         the carrier) or `encap.red` (reduced: no SRH for one segment, plain
         IPv6-in-IPv6 like the MRC endpoint's packets, 24 bytes less).
         `routed`: TCP on the routed fabric mode, plain IPv6 with no seg6
@@ -271,7 +273,7 @@ class KernelTransports:
         hashes to. mptcp: one subflow per plane, over `plane_paths[plane]`
         where given, else the plane's hashed path; the initial subflow on
         `initial_plane` (default: the lowest plane). `congestion` names a
-        TCP congestion control (default: the namespace's)."""
+        TCP congestion control (default: the instance's)."""
         self._check(src, dst, size_bytes, transport, path, plane_paths,
                     initial_plane)
         now = time.monotonic() if now is None else now
@@ -332,7 +334,7 @@ class KernelTransports:
             raise KernelTransportError('the fabric is not running')
         return self.fab.host_pid(host)
 
-    def _open(self, io: _FlowIO, congestion: str | None) -> None:
+    def _open(self, io: _FlowIO, congestion: str) -> None:
         """The receiver's listener, then the sender's bound socket: both
         ports are part of the 5-tuple that picks the TCP path."""
         h = io.handle
@@ -360,7 +362,7 @@ class KernelTransports:
         return sock
 
     def _sender_socket(self, h: FlowHandle, proto: int,
-                       congestion: str | None) -> socket.socket:
+                       congestion: str) -> socket.socket:
         """A TCP sender binds no address (its hashed plane's route gives the
         source); an MPTCP sender binds its initial plane's address, which
         is what selects the initial subflow's rule."""
@@ -369,9 +371,15 @@ class KernelTransports:
         local = '::' if h.initial_plane is None else \
             self.plan.host_ports[(h.src, h.initial_plane)].address
         try:
-            if congestion:
-                sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION,
-                                congestion.encode())
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION,
+                            congestion.encode())
+        except OSError as err:
+            sock.close()
+            raise KernelTransportError(
+                'TCP congestion control %r: %s (this kernel offers: see sysctl '
+                'net.ipv4.tcp_available_congestion_control)' % (congestion, err)
+            ) from None
+        try:
             sock.bind((local, 0))
         except OSError as err:
             sock.close()

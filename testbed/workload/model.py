@@ -18,7 +18,7 @@ from mininet.topo import Topo
 from testbed.fabric.faults.catalogue import last_step_at
 from testbed.fabric.topo_spec import TopoSpec, parse_topo_spec
 from testbed.fabric.usid_plan import FabricPlan
-from testbed.nic.transport_config import DEFAULT_CC
+from testbed.workload.transports import transport as transport_info
 
 MB = 1_000_000
 
@@ -215,11 +215,10 @@ class Scenario:
     hardware: str | None = None         # a hardware_profile name; None: none
     cc: tuple[tuple[str, str], ...] = ()  # (transport, algorithm) the file chose
 
-    def cc_of(self, transport: str) -> str | None:
-        """The congestion control `transport`'s endpoints run: the file's choice,
-        else the transport's default; None for the kernel's transports."""
-        chosen = dict(self.cc)
-        return chosen.get(transport, DEFAULT_CC.get(transport))
+    def cc_of(self, transport: str) -> str:
+        """The congestion control `transport` runs: the file's choice, else
+        the transport's default (testbed.workload.transports)."""
+        return dict(self.cc).get(transport) or transport_info(transport).default_cc
 
     def fabric_mode(self, transport: str) -> str | None:
         """The scenario's fabric mode for a transport; None: its default."""

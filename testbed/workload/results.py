@@ -17,6 +17,7 @@ from testbed.workload.congestion_metrics import (capacity_left, false_demotions,
 from testbed.workload.metrics import (RECOVERED_FRACTION, jain_index, percentile,
                                       recovery_time)
 from testbed.workload.runner import BIN_S, TransportRun
+from testbed.workload.transports import transport as transport_info
 
 
 
@@ -82,7 +83,7 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
     path_totals = [run.path_bytes.get(p, 0) for p in sorted(candidate_paths)] \
         if run.fabric_mode != 'routed' else []
     return {
-        'congestion_control': run.cc or 'kernel',
+        'congestion_control': run.cc or transport_info(run.transport).default_cc,
         'bytes_delivered': delivered,
         'bytes_corrupted': sum(f.corrupt_bytes for f in run.flows),
         'flows': len(run.flows),

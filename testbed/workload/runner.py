@@ -60,7 +60,7 @@ class FlowRecord:
 class TransportRun:
     transport: str
     repetition: int
-    cc: str | None = None        # our endpoints' congestion control; None: the kernel's
+    cc: str | None = None        # the congestion control it runs (Scenario.cc_of)
     # The fabric's base RTT (with the hardware profile's delay, where its
     # transport applies it), and the profile's mapping: time figures in RTTs
     # and hardware us.

@@ -20,10 +20,8 @@ import yaml
 
 from testbed.fabric.faults.catalogue import FAULT_KINDS, Param
 from testbed.fabric.topo_spec import TopoSpecError, parse_topo_spec
-from testbed.nic.cc import registered_cc_algorithms
 from testbed.workload.connection_matrix import (
     ConnectionMatrixError, load_cm, matrix_to_workload, node_host)
-from testbed.workload.transports import ENDPOINT_NAMES
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
 from testbed.nic.wire import BTH_LEN, INNER_HEADERS_LEN, IPV6_HEADER_LEN
 from testbed.workload.model import (CaptureSpec, ConnectionMatrix, FabricOf,
@@ -226,14 +224,14 @@ def _transports(value: Any) -> tuple[str, ...]:
 
 
 def _cc(value: Any) -> tuple[tuple[str, str], ...]:
-    """transport -> congestion control, for the transports of our endpoints (the
-    kernel's keep the kernel's); the algorithm is a registered one."""
-    choices = _mapping(value, 'cc', (), ENDPOINT_NAMES,
+    """transport -> congestion control, one the transport can run
+    (TransportInfo.congestion_controls)."""
+    choices = _mapping(value, 'cc', (), TRANSPORT_NAMES,
                        what='a mapping of transport to congestion control')
-    algorithms = tuple(registered_cc_algorithms())
-    return tuple((transport, _choice(name, 'cc.%s' % transport, algorithms,
-                                     'congestion control'))
-                 for transport, name in sorted(choices.items()))
+    return tuple((name, _choice(algorithm, 'cc.%s' % name,
+                                transport_info(name).congestion_controls,
+                                'congestion control'))
+                 for name, algorithm in sorted(choices.items()))
 
 
 def _fabric_modes(value: Any, transports: tuple[str, ...]

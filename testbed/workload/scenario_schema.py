@@ -20,12 +20,11 @@ from typing import Any
 
 from testbed.fabric.faults.catalogue import FAULT_KINDS, FaultKind, Param
 from testbed.fabric.topo_spec import TOPOLOGIES
-from testbed.nic.cc import registered_cc_algorithms
 from testbed.nic.hardware_profile import HARDWARE_PROFILES
 from testbed.workload.scenario import (MIN_SNAPLEN, NAME_PATTERN, NOT_IN_QUICK,
                                        REQUIRED_KEYS, TOP_LEVEL_KEYS,
                                        WORKLOAD_PARAMS)
-from testbed.workload.transports import ENDPOINT_NAMES, TRANSPORTS
+from testbed.workload.transports import TRANSPORTS
 from testbed.workload.transports import NAMES as TRANSPORT_NAMES
 
 DRAFT = 'https://json-schema.org/draft/2020-12/schema'
@@ -51,10 +50,10 @@ KEY_SCHEMAS: dict[str, dict] = {
     'seed': {'type': 'integer'},
     'repetitions': COUNT,
     'cc': {'type': 'object', 'additionalProperties': False,
-           'properties': {t: {'enum': sorted(registered_cc_algorithms())}
-                          for t in ENDPOINT_NAMES},
-           'description': 'the congestion control of each of our '
-           'transports (default: rc and ecmp dcqcn, mrc NSCC)'},
+           'properties': {t.name: {'enum': list(t.congestion_controls)}
+                          for t in TRANSPORTS.values()},
+           'description': 'the congestion control of each transport (default: '
+           'mrc NSCC, rc and ecmp dcqcn, tcp and mptcp cubic)'},
     'fabric_modes': {'type': 'object',
                      'properties': {t.name: {'enum': list(t.fabrics)}
                                     for t in TRANSPORTS.values()},

@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from testbed.kernel.congestion import DEFAULT_KERNEL_CC, KERNEL_CC
+from testbed.nic.cc import registered_cc_algorithms
+from testbed.nic.transport_config import DEFAULT_CC
 from testbed.nic.transport_config import TRANSPORTS as NIC_TRANSPORTS
 
 # Every fabric carries both modes (testbed.controller.usid_app): MRC's static
@@ -78,20 +81,34 @@ class TransportInfo:
     def fabric(self) -> FabricMode:
         return self.fabrics[0]
 
+    @property
+    def congestion_controls(self) -> tuple[str, ...]:
+        """What a scenario may choose for it: our registered algorithms
+        (testbed.nic.cc) for our endpoints, the kernel's for its own."""
+        if self.family == 'endpoint':
+            return tuple(registered_cc_algorithms())
+        return tuple(sorted(KERNEL_CC))
+
+    @property
+    def default_cc(self) -> str:
+        """Its congestion control unless a scenario chooses: as deployed
+        (DEFAULT_CC), and CUBIC, as Linux ships, for the kernel's."""
+        return DEFAULT_CC[self.name] if self.family == 'endpoint' else DEFAULT_KERNEL_CC
+
     def driver(self, fab: Any, seed: int, fabric_mode: FabricMode | None = None,
                cc: str | None = None, timescale: Any = None) -> Driver:
         """`fabric_mode`: None for the transport's default. `cc`: the
-        congestion control our endpoints run (None: the transport's
-        default); the kernel's transports keep the kernel's. `timescale`:
+        congestion control it runs (None: its default). `timescale`:
         the hardware profile's EmulatedTime, which only our endpoints can
         apply (their delay stage; the kernel's would need netem on the
         links)."""
         module, name = self.driver_class.split(':')
         make = getattr(importlib.import_module(module), name)
         mode = fabric_mode or self.fabric
+        cc = cc or self.default_cc
         if self.family == 'endpoint':
             return make(fab, self.name, seed, mode, cc=cc, timescale=timescale)
-        return make(fab, self.name, seed, mode)
+        return make(fab, self.name, seed, mode, cc=cc)
 
 
 _ENDPOINT = 'testbed.workload.endpoint_flows:EndpointFlows'

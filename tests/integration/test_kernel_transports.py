@@ -7,7 +7,7 @@ import time
 import pytest
 
 from testbed.kernel.routes import mirror
-from testbed.kernel.transports import KernelTransports
+from testbed.kernel.transports import KernelTransportError, KernelTransports
 
 SPEC = 'fattree,k=4,planes=2,bw=20'
 SRC, DST = 'h1', 'h16'            # pod 0 to pod 3: 4 paths per plane
@@ -105,6 +105,10 @@ def test_mptcp_uses_every_plane_and_beats_tcp(fabric, kt):
 
     planes = sorted(s.plane for s in mptcp.subflows())
     assert planes == list(fabric.plan.planes)        # one subflow per plane
+    # CUBIC, as Linux ships it, read back from the sockets: this machine's
+    # own default is BBR (testbed.kernel.congestion).
+    assert tcp.congestion == mptcp.congestion == 'cubic'
+
     for plane, count in mptcp.plane_bytes().items():
         assert count > 0.2 * mptcp.size_bytes, (plane, count)
     joins = kt.mptcp_counters(SRC)
@@ -118,6 +122,9 @@ def test_mptcp_survives_a_core_link_down_on_plane_1(fabric, kt):
     dead = core_link(flow.paths[1])
     assert kt.run(lambda: flow.delivered_bytes >= 2 * MB, timeout_s=10)
     assert len(flow.subflows()) == 2
+    # Each subflow runs the MPTCP socket's congestion control.
+    sockets = ns_out(fabric, SRC, 'ss', '-tniH', 'state', 'established')
+    assert sockets.count('cubic') >= 2 and 'bbr' not in sockets, sockets
 
     fabric.set_link(*dead, up=False)
     before = flow.plane_bytes()
@@ -137,6 +144,12 @@ def carried_reduced(fabric) -> bool:
     if fabric.decap == 'kernel':
         return 'encap.red' in routes
     return ' mtu %d ' % (fabric.mtu - 40) in routes
+
+
+def test_a_congestion_control_the_kernel_lacks_is_named(fabric):
+    with KernelTransports(fabric, congestion='no-such-cc') as kt, \
+            pytest.raises(KernelTransportError, match="'no-such-cc'.*tcp_available"):
+        kt.start_flow(SRC, DST, MB, 'tcp')
 
 
 def test_reduced_encap_and_close_removes_everything(fabric):

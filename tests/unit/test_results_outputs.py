@@ -12,7 +12,7 @@ from testbed.workload.scenario import parse_scenario
 HEALTHY = {'trusted': True, 'reasons': [], 'saturated': False}
 
 
-CC = {'mrc': 'uet-1.0-nscc', 'rc': 'dcqcn', 'tcp': None}
+CC = {'mrc': 'uet-1.0-nscc', 'rc': 'dcqcn', 'tcp': 'cubic'}
 
 
 def synthetic(transport, dies=False):
@@ -49,9 +49,9 @@ def test_metrics_of_a_healthy_and_a_dying_run():
     assert not dead['completed'] and dead['qp_errors'] == ['retry counter exceeded']
     assert dead['recovery'][0]['recovery_s'] is None     # the job died
     assert dead['step_p50_s'] is None
-    # Every row says its congestion control; the kernel's transports keep the kernel's.
+    # Every row says its congestion control, the kernel's transports' too.
     assert (ok['congestion_control'], dead['congestion_control']) == ('uet-1.0-nscc', 'dcqcn')
-    assert run_metrics(synthetic('tcp'), paths, (1, 2))['congestion_control'] == 'kernel'
+    assert run_metrics(synthetic('tcp'), paths, (1, 2))['congestion_control'] == 'cubic'
 
 
 def test_a_load_that_ends_before_goodput_returns_says_how_long_it_was_watched():

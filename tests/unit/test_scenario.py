@@ -173,22 +173,27 @@ def test_defaults():
 
 
 def test_congestion_control_defaults_per_transport():
-    scenario = parse_scenario(base(transports=['mrc', 'rc', 'ecmp', 'tcp']), ROOT)
-    assert [scenario.cc_of(t) for t in ('mrc', 'rc', 'ecmp', 'tcp')] == [
-        'uet-1.0-nscc', 'dcqcn', 'dcqcn', None]     # the kernel keeps its own
+    scenario = parse_scenario(base(transports=['mrc', 'rc', 'ecmp', 'tcp', 'mptcp']), ROOT)
+    # The kernel's transports run CUBIC, as Linux ships it, whatever this
+    # machine's default (testbed.kernel.congestion).
+    assert [scenario.cc_of(t) for t in ('mrc', 'rc', 'ecmp', 'tcp', 'mptcp')] == [
+        'uet-1.0-nscc', 'dcqcn', 'dcqcn', 'cubic', 'cubic']
 
 
 def test_congestion_control_chosen_per_transport():
-    scenario = parse_scenario(base(cc={'rc': 'none', 'mrc': 'dcqcn'}), ROOT)
-    assert (scenario.cc_of('rc'), scenario.cc_of('mrc'), scenario.cc_of('ecmp')) == (
-        'none', 'dcqcn', 'dcqcn')
+    scenario = parse_scenario(base(cc={'rc': 'none', 'mrc': 'dcqcn', 'tcp': 'bbr'}), ROOT)
+    assert (scenario.cc_of('rc'), scenario.cc_of('mrc'), scenario.cc_of('ecmp'),
+            scenario.cc_of('tcp'), scenario.cc_of('mptcp')) == (
+        'none', 'dcqcn', 'dcqcn', 'bbr', 'cubic')
 
 
 def test_refuses_unknown_congestion_control_with_the_registered_ones():
     refused(base(cc={'rc': 'cubic'}), field='cc.rc',
             words=r"unknown congestion control 'cubic' \(one of: dcqcn, none, uet-1.0-nscc\)")
     refused(base(cc={'tcp': 'dcqcn'}), field='cc.tcp',
-            words=r'unknown key \(allowed: mrc, rc, ecmp\)')
+            words=r"unknown congestion control 'dcqcn' \(one of: bbr, cubic, reno\)")
+    refused(base(cc={'udp': 'cubic'}), field='cc.udp',
+            words=r'unknown key \(allowed: mrc, rc, ecmp, tcp, mptcp\)')
     refused(base(cc='dcqcn'), field='cc', words='expected a mapping of transport')
     refused(base(quick={'cc': {'rc': 'none'}}), field='quick.cc', words='cannot be overridden')
 
