@@ -78,6 +78,12 @@ VARIANTS = (
 # The fat-tree's paths: 6 links (host, edge, agg, core, agg, edge, host).
 PATH_LINKS = 6
 BASE_RTT_S = base_rtt_s(RATE_MBIT * 1e6, PATH_LINKS, MTU)
+# A trial stops at CAP_IDEALS x its ideal + CAP_SLACK_S (a run must end); a
+# trial with a flow still running then did not finish, and says so: its
+# goodput is never computed at the cap, where every flow still running
+# would score what the cap allowed it.
+CAP_IDEALS, CAP_SLACK_S = 4, 8.0
+DID_NOT_FINISH = 'did not finish'
 PACKET_S = packet_time_s(RATE_MBIT * 1e6, MTU)
 MARK_PACKETS = default_thresholds(RATE_MBIT * 1e6, PATH_LINKS, MTU)[0] / \
     data_frame_bytes(MTU)
@@ -90,7 +96,7 @@ host's two NIC ports, so it cannot pass 50% of ideal, and on either fabric
 two flows hashed onto one core link share it while the permutation lasts
 until its slowest flow is done (*last flow done*, *slowest / fastest*):
 those hash collisions are what the announced "about 60%" describes. RC adds
-go-back-N; runs that hit the trial's cap count what they had delivered.
+go-back-N; a trial that hits its cap did not finish and scores nothing.
 MPTCP opens one subflow per plane (one on one plane). MRC sprays every flow
 over every path of every plane, so its flows finish together. Its ceiling
 here is the dashed line, not the {alone:.1%} of one QP alone: every host sends
@@ -124,46 +130,68 @@ def run(ctx: BenchContext) -> SectionResult:
             for rep in range(ctx.reps):
                 sc = scenario('bench-load-balance', v.topology, RATE_MBIT, {
                     'type': 'permutation', 'hosts': list(v.hosts),
-                    'size_mb': size_mb}, duration_s=4 * ideal_s + 8,
+                    'size_mb': size_mb}, duration_s=CAP_IDEALS * ideal_s + CAP_SLACK_S,
                     seed=100 + rep)
                 for transport in ('mrc', 'ecmp') if ctx.quick else \
                         v.transports:
                     trial = run_trial(ctx, KEY, fab, sc, transport, v.label, rep)
                     measure(trial, v, len(v.hosts))
                     trials.setdefault(v.label, []).append(trial)
-                    ctx.say(KEY, '%s, %s rep %d: %.0f%% of ideal' % (
-                        v.label, transport, rep + 1,
-                        100 * trial.values['fraction']))
+                    ctx.say(KEY, '%s, %s rep %d: %s' % (
+                        v.label, transport, rep + 1, outcome(trial)))
     return SectionResult(KEY, 'Load balance', report(ctx, trials, size_mb),
                          {v: [summary(t) for t in ts]
                           for v, ts in trials.items()})
 
 
 def measure(trial: Trial, v: Variant, senders: int) -> None:
+    """The figures of a finished trial, as htsim reports a permutation: the
+    makespan over its ideal (`fraction`: every sender at its NIC's line
+    rate), the mean over flows of ideal / FCT, the FCT spread. A trial with
+    a flow still running at its cap has none of them (DID_NOT_FINISH)."""
     run = trial.run
-    ideal_bps = senders * v.planes * RATE_MBIT * 1e6
-    ends = [f.finished if f.finished is not None else run.elapsed_s
-            for f in run.flows]
-    makespan = max(ends) - min(f.started for f in run.flows)
-    fcts = [f.fct for f in run.flows if f.fct is not None]
-    total = sum(f.delivered for f in run.flows)
+    line_bps = v.planes * RATE_MBIT * 1e6          # one sender's NIC
+    fcts = [f.fct for f in run.flows]
+    done = all(f.status == 'done' for f in run.flows) and None not in fcts
     queueing = queueing_summary(run) or {}
     trial.values.update(
         queue_p50_targets=queueing.get('p50_targets'),
         queue_p99_targets=queueing.get('p99_targets'),
-        fraction=total * 8 / max(makespan, 1e-9) / ideal_bps,
-        mean_flow_fraction=sum(f.delivered * 8 / max(
-            (f.finished or run.elapsed_s) - f.started, 1e-9)
-            for f in run.flows) / ideal_bps,
+        completed=done,
+        flows_done=sum(f.status == 'done' for f in run.flows),
+        flows=len(run.flows),
+        fraction=None, mean_ideal_over_fct=None, makespan_s=None, fct_spread=None)
+    if not done:
+        return
+    makespan = max(f.finished for f in run.flows) - min(f.started for f in run.flows)
+    total = sum(f.delivered for f in run.flows)
+    trial.values.update(
+        fraction=total * 8 / max(makespan, 1e-9) / (senders * line_bps),
+        mean_ideal_over_fct=sum(f.size * 8 / line_bps / max(f.fct, 1e-9)
+                                for f in run.flows) / len(run.flows),
         makespan_s=makespan,
-        fct_spread=max(fcts) / min(fcts) if len(fcts) == len(run.flows) and
-        fcts else None,
-        completed=all(f.status == 'done' for f in run.flows))
+        fct_spread=max(fcts) / min(fcts))
+
+
+def outcome(trial: Trial) -> str:
+    v = trial.values
+    if not v['completed']:
+        return '%s (%d of %d flows done at the cap)' % (DID_NOT_FINISH, v['flows_done'],
+                                                        v['flows'])
+    return '%.0f%% of ideal' % (100 * v['fraction'])
 
 
 def summary(t: Trial) -> dict:
     return {'transport': t.transport, 'rep': t.rep, 'trusted': t.trusted,
             'health': t.health, **t.values}
+
+
+def finished_text(trials: list[Trial]):
+    """A figure of the finished trials only; 'did not finish' where none
+    of the trusted ones did."""
+    if any(t.trusted and t.values['completed'] for t in trials):
+        return lambda text: text
+    return lambda _text: DID_NOT_FINISH if any(t.trusted for t in trials) else '—'
 
 
 def report(ctx: BenchContext, trials: dict[str, list[Trial]],
@@ -175,14 +203,15 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
             mine = [t for t in ts if t.transport == transport]
             frac = spread(mine, 'fraction')
             groups[label][transport] = frac
-            rows.append((label, transport, frac.text('%.0f', 100, '%'),
-                         frac.text('%.0f', 100 / SACKED_CEILING, '%')
+            finished = finished_text(mine)
+            rows.append((label, transport, finished(frac.text('%.0f', 100, '%')),
+                         finished(frac.text('%.0f', 100 / SACKED_CEILING, '%'))
                          if transport == 'mrc' else '—',
-                         spread(mine, 'mean_flow_fraction').text('%.0f', 100, '%'),
+                         finished(spread(mine, 'mean_ideal_over_fct').text('%.2f')),
                          spread(mine, 'queue_p50_targets').text('%.2f', unit='×'),
                          spread(mine, 'queue_p99_targets').text('%.2f', unit='×'),
-                         spread(mine, 'makespan_s').text('%.2f', unit=' s'),
-                         spread(mine, 'fct_spread').text('%.2f', unit='×'),
+                         finished(spread(mine, 'makespan_s').text('%.2f', unit=' s')),
+                         finished(spread(mine, 'fct_spread').text('%.2f', unit='×')),
                          '%d/%d' % (sum(t.values['completed'] for t in mine),
                                     len(mine))))
     image = charts.grouped_bars(
@@ -202,16 +231,20 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
         'Cross-pod permutation, %g MB per sender, %d repetitions (a new '
         'permutation each, the same for every transport). %s%s. Ideal: '
         'every sender at its NIC line rate (planes × %g Mbit/s); goodput '
-        'is payload bytes over the time until the last flow finished; '
-        '%s-byte packets (MTU). The '
+        'is payload bytes over the time until the last flow finished (the '
+        'makespan), *mean ideal / FCT* the mean over flows of its ideal '
+        'completion time over its own, as htsim reports a permutation; a '
+        'trial stops at %d × its ideal + %g s, and one with a flow still '
+        'running then *did not finish*: its figures are left out, never '
+        'computed at the cap; %s-byte packets (MTU). The '
         '*no signals* fabrics are the same with switch ports that neither '
         'mark ECN nor trim; *queueing* is the delay NSCC measured over its '
         'base RTT, in units of its target (quarter-target resolution).'
         % (size_mb, ctx.reps, rejected_note(every), retried_note(every),
-           RATE_MBIT, format(MTU, ',')),
+           RATE_MBIT, CAP_IDEALS, CAP_SLACK_S, format(MTU, ',')),
         md_table(['fabric', 'transport', 'goodput / ideal',
                   'of MRC\'s ceiling (%.0f%%)' % (100 * SACKED_CEILING),
-                  'mean flow rate / ideal', "NSCC's queueing p50 / target",
+                  'mean ideal / FCT', "NSCC's queueing p50 / target",
                   'p99 / target', 'last flow done', 'slowest / '
                   'fastest flow', 'all flows done'], rows),
         ratio,

@@ -13,10 +13,23 @@ an OpenFlow 1.5 group mod (an OF1.3 one drops it silently: checked with
 ``ovs-ofctl -O OpenFlow13 add-group`` on OVS 3.1), which is why the
 controller speaks OpenFlow 1.5. A field whose prerequisites a packet does
 not meet (udp_src on TCP) is left out of that packet's hash.
+
+Each switch hashes with a basis of its own, as real switches seed their ECMP
+hash per device: with one basis everywhere, the 5-tuple is the same at every
+hop, so an edge switch and the aggregation switch after it pick the same
+bucket index and a k=4 fat-tree's traffic reaches two of its four cores
+("hash polarization": Cisco, "Troubleshoot CEF polarization",
+https://www.cisco.com/c/en/us/support/docs/ip/express-forwarding-cef/116376-technote-cef-00.html,
+whose fix is a unique ID per router in the hash). OVS starts the ``hash``
+method's hash from the group's ``selection_method_param``
+(ofproto-dpif-xlate.c, xlate_hash_fields_select_group) and picks the live
+bucket with the best score for it (highest random weight), so a basis per
+switch gives each switch an independent choice.
 """
 from __future__ import annotations
 
 import struct
+import zlib
 
 NTR_VENDOR_ID = 0x0000154D
 NTRT_SELECTION_METHOD = 1
@@ -38,9 +51,20 @@ HASH_FIELDS: tuple[tuple[int, int], ...] = (
 )
 
 
+def hash_basis(switch: str) -> int:
+    """A switch's own ECMP hash basis: fixed by its name, so a fabric hashes
+    the same way on every build (results can be re-run), and different from
+    its neighbours'."""
+    return zlib.crc32(switch.encode())
+
+
 class SelectionMethodProperty:
-    """The group property that selects ``hash`` over HASH_FIELDS; os-ken has
-    no class for it, and its group mod only needs `serialize()`."""
+    """The group property that selects ``hash`` over HASH_FIELDS from
+    `basis`; os-ken has no class for it, and its group mod only needs
+    `serialize()`."""
+
+    def __init__(self, basis: int) -> None:
+        self.basis = basis
 
     def serialize(self) -> bytes:
         fields = b''.join(struct.pack('!HBB', OXM_OPENFLOW_BASIC, number << 1, size)
@@ -48,12 +72,14 @@ class SelectionMethodProperty:
         length = 40 + len(fields)
         head = struct.pack('!HHII4x%dsQ' % METHOD_FIELD_BYTES, OFPGPT_EXPERIMENTER,
                            length, NTR_VENDOR_ID, NTRT_SELECTION_METHOD,
-                           SELECTION_METHOD, 0)
+                           SELECTION_METHOD, self.basis)
         return head + fields + b'\0' * (-length % 8)
 
 
-def select_group_mod(dp, group_id: int, ports: tuple[int, ...], command: int):
-    """An OF1.5 group mod: one equal-weight bucket per next-hop port."""
+def select_group_mod(dp, group_id: int, ports: tuple[int, ...], command: int,
+                     basis: int):
+    """An OF1.5 group mod: one equal-weight bucket per next-hop port, hashed
+    from the switch's `basis` (hash_basis)."""
     parser, ofp = dp.ofproto_parser, dp.ofproto
     buckets = [parser.OFPBucket(
         bucket_id=i, actions=[parser.OFPActionOutput(port)],
@@ -62,4 +88,4 @@ def select_group_mod(dp, group_id: int, ports: tuple[int, ...], command: int):
         for i, port in enumerate(ports)]
     return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_SELECT,
                               group_id=group_id, buckets=buckets,
-                              properties=[SelectionMethodProperty()])
+                              properties=[SelectionMethodProperty(basis)])

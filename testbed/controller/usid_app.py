@@ -30,7 +30,7 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_5
 
-from testbed.controller.ofp_groups import select_group_mod
+from testbed.controller.ofp_groups import hash_basis, select_group_mod
 from testbed.controller.reconvergence import RoutedView
 from testbed.fabric.flow_tables import (NEXT_USID_TABLE, PRIORITY, SHIFT_TABLE,
                                         FlowRule, NextUsidOutput, ShiftAndForward,
@@ -80,9 +80,11 @@ class UsidController(app_manager.OSKenApp):
                                        group_id=ofp.OFPG_ALL))
         with self.lock:
             self.datapaths[dp.id] = dp
-            routing = self.view.tables[self.view.switch_name(dp.id)]
+            name = self.view.switch_name(dp.id)
+            routing = self.view.tables[name]
             for gid, ports in sorted(routing.groups.items()):
-                dp.send_msg(select_group_mod(dp, gid, ports, ofp.OFPGC_ADD))
+                dp.send_msg(select_group_mod(dp, gid, ports, ofp.OFPGC_ADD,
+                                             hash_basis(name)))
         for rule in rules:
             dp.send_msg(flow_mod(dp, rule))
         for route in routing.routes:
@@ -139,8 +141,9 @@ class UsidController(app_manager.OSKenApp):
         for change in changes:
             dp = self.datapaths.get(change.dpid)
             if dp is not None:
-                dp.send_msg(select_group_mod(dp, change.group_id, change.after,
-                                             dp.ofproto.OFPGC_MODIFY))
+                dp.send_msg(select_group_mod(
+                    dp, change.group_id, change.after, dp.ofproto.OFPGC_MODIFY,
+                    hash_basis(self.view.switch_name(change.dpid))))
         for change in changes:
             self._log('group_change', cause={'switch': self.view.switch_name(dpid),
                                              'port': port, 'up': up},

@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from testbed.controller.ofp_groups import (HASH_FIELDS, NTR_VENDOR_ID,
-                                           SelectionMethodProperty)
+                                           SelectionMethodProperty, hash_basis)
 from testbed.controller.reconvergence import RoutedView
 from testbed.fabric.routed_tables import (GroupRoute, HostRoute, link_key,
                                           routed_tables)
@@ -119,10 +119,11 @@ def test_a_host_port_is_no_concern_of_routing(plan):
 
 
 def test_the_selection_method_property_asks_for_a_hash_of_the_five_tuple():
-    data = SelectionMethodProperty().serialize()
+    data = SelectionMethodProperty(0xDEADBEEF).serialize()
     kind, length, vendor, subtype = struct.unpack_from('!HHII', data)
     assert (kind, vendor, subtype) == (0xFFFF, NTR_VENDOR_ID, 1)
     assert data[16:32].rstrip(b'\0') == b'hash'
+    assert struct.unpack_from('!Q', data, 32) == (0xDEADBEEF,)  # the hash's basis
     assert length == 40 + sum(4 + size for _, size in HASH_FIELDS)
     assert len(data) % 8 == 0 and data[length:] == b'\0' * (len(data) - length)
     fields = set()
@@ -133,3 +134,9 @@ def test_the_selection_method_property_asks_for_a_hash_of_the_five_tuple():
         fields.add(field >> 1)
         offset += 4 + size
     assert {15, 13, 26, 27, 10} <= fields         # udp_src, tcp_src, src, dst, proto
+
+
+def test_every_switch_hashes_from_a_basis_of_its_own(plan):
+    # One basis everywhere polarizes the hash (testbed.controller.ofp_groups).
+    bases = [hash_basis(name) for name in plan.switches]
+    assert len(set(bases)) == len(bases)
