@@ -20,6 +20,7 @@ from testbed.fabric.faults.catalogue import call_args
 from testbed.fabric.net import FabricNet
 from testbed.fabric.packet_capture import PacketCapture, capture_points
 from testbed.fabric.topo_spec import parse_topo_spec
+from testbed.nic.cc import cc_algorithm, registered_cc_algorithms
 from testbed.nic.emulated_timescale import base_rtt_s, fabric_time
 from testbed.nic.hardware_profile import HARDWARE_PROFILES, EmulatedTime
 from testbed.workload import unread_backlog
@@ -96,16 +97,19 @@ class TransportRun:
     convergence_delay_s: float | None = None
 
 
-# Congestion controls that run on a RoCE fabric's marks: its switches mark
-# every port, the last hop into a host included (signals.SignalSettings).
-MARKS_LAST_HOP = ('dcqcn',)
+def marks_last_hop(cc: str | None) -> bool:
+    """Whether `cc` runs on a RoCE fabric's marks: its switches mark every
+    port, the last hop into a host included (signals.SignalSettings); a
+    property of the registered algorithm (testbed.nic.cc), none of the
+    kernel's."""
+    return cc in registered_cc_algorithms() and cc_algorithm(cc).marks_last_hop
 
 
 def fabric_spec(topology: str, link_rate_mbit: float, cc: str | None = None):
     """The shaped spec a transport running `cc` gets its fabric from."""
     base = parse_topo_spec(topology)
     params = dict(base.params, bw=link_rate_mbit)
-    if cc in MARKS_LAST_HOP:
+    if marks_last_hop(cc):
         params['mark_last'] = 1
     return parse_topo_spec(','.join([base.name] + ['%s=%s' % kv for kv in
                                                    sorted(params.items())]))

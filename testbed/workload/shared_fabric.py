@@ -12,7 +12,7 @@ look fresh to each:
   own that does not come back so is replaced by a fresh one; a fabric we
   were given (the CLI's) cannot be, so the run goes on and says what differs;
 - each run gets the switch ports its congestion control's fabric would have
-  been built with: a RoCE CC's marks on the last hop too (runner.MARKS_LAST_HOP).
+  been built with: a RoCE CC's marks on the last hop too (runner.marks_last_hop).
 
 One SharedFabric can carry several scenarios of the same fabric (the test
 suite's do), each settled from the last as transports are.
@@ -23,7 +23,7 @@ from testbed.fabric import port_config
 from testbed.fabric.baseline import Baseline
 from testbed.fabric.net import FabricNet
 from testbed.fabric.topo_spec import TopoSpec
-from testbed.workload.runner import MARKS_LAST_HOP, Progress
+from testbed.workload.runner import Progress, marks_last_hop
 
 
 class SharedFabric:
@@ -73,7 +73,7 @@ class SharedFabric:
             self._settle()
         assert self.fab is not None
         if self.fab.signals is not None:
-            self.fab.signals.mark_last_hop(cc in MARKS_LAST_HOP)
+            self.fab.signals.mark_last_hop(marks_last_hop(cc))
         return self.fab
 
     def _build(self) -> None:

@@ -38,7 +38,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_built_in_algorithms_are_registered_under_their_control_api_names() -> None:
-    assert registered_cc_algorithms() == ["dcqcn", "none", "uet-1.0-nscc"]
+    assert registered_cc_algorithms() == ["dcqcn", "dcqcn-nic", "none", "uet-1.0-nscc"]
     assert NSCC_ALGORITHM == "uet-1.0-nscc" and NULL_ALGORITHM == "none"
 
 
@@ -61,7 +61,7 @@ def test_null_profile_gives_the_null_controller(algorithm: str | None) -> None:
 def test_unknown_algorithm_is_refused_with_the_known_ones() -> None:
     with pytest.raises(CcConfigError,
                        match=r"CcProfile.algorithm: unknown 'mrc-smtrk-1.00'; "
-                             r"registered: dcqcn, none, uet-1.0-nscc"):
+                             r"registered: dcqcn, dcqcn-nic, none, uet-1.0-nscc"):
         CcProfile("mrc-smtrk-1.00", DC)
 
 

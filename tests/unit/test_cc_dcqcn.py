@@ -16,11 +16,13 @@ from testbed.nic.cc import (
     DcqcnConfigError,
     make_cc,
 )
+from testbed.nic.cc.base import cc_algorithm
 from testbed.nic.cc.dcqcn import (
     HARDWARE_BASE_RTT_S,
-    HW_CNP_INTERVAL_S,
     HW_MIN_RATE_PACKET_SHARE,
-    HW_RATE_TIMER_S,
+    NIC,
+    PAPER,
+    PROFILES,
 )
 
 LINE = 10e6
@@ -28,7 +30,9 @@ RTT = 0.026                    # the incast scenario's fabric: 5 Mbit/s, 6-link 
 
 
 def config(**changes) -> DcqcnConfig:
-    return replace(DcqcnConfig.defaults(LINE, RTT), **changes)
+    """The reaction point's mechanisms under the NIC's profile (it has every
+    period, a rate-reduce one included)."""
+    return replace(DcqcnConfig.defaults(LINE, RTT, profile=NIC), **changes)
 
 
 def test_profile_selects_dcqcn_and_asks_for_cnps() -> None:
@@ -39,12 +43,29 @@ def test_profile_selects_dcqcn_and_asks_for_cnps() -> None:
     assert CcProfile.from_json(profile.to_json()) == profile
 
 
-def test_timers_scale_with_the_base_rtt_and_rates_with_the_line_rate() -> None:
-    cfg = DcqcnConfig.defaults(LINE, RTT)
-    scale = RTT / HARDWARE_BASE_RTT_S
-    assert cfg.rate_timer_s == pytest.approx(HW_RATE_TIMER_S * scale)
-    assert cfg.cnp_interval_s == pytest.approx(HW_CNP_INTERVAL_S * scale)
+def test_the_paper_s_profile_is_the_default_and_the_nic_s_is_registered_too() -> None:
+    # Zhu et al. 2015 section 5 as htsim runs it (sim/dcqcn.cpp): 55 us timers, a
+    # 10 MB byte counter, g = 1/256, F = 5, steps of line/20 and line/10.
+    assert (PAPER.name, PAPER.rate_timer_s, PAPER.byte_counter_bytes, PAPER.g,
+            PAPER.fast_recovery_steps) == (DCQCN_ALGORITHM, 55e-6, 10_000_000, 1 / 256, 5)
     hardware = DcqcnConfig.hardware()
+    assert (hardware.ai_rate_bps, hardware.hai_rate_bps) == (5e9, 10e9)
+    assert DcqcnConfig.defaults(LINE, RTT) == DcqcnConfig.defaults(LINE, RTT, profile=PAPER)
+    for profile in PROFILES.values():
+        algorithm = cc_algorithm(profile.name)
+        assert algorithm.marks_last_hop            # RoCE's ECN marks every egress
+        assert algorithm.defaults(LINE, RTT) == DcqcnConfig.defaults(
+            LINE, RTT, profile=profile)
+
+
+@pytest.mark.parametrize('profile', [PAPER, NIC], ids=lambda p: p.name)
+def test_timers_scale_with_the_base_rtt_and_rates_with_the_line_rate(profile) -> None:
+    cfg = DcqcnConfig.defaults(LINE, RTT, profile=profile)
+    scale = RTT / HARDWARE_BASE_RTT_S
+    assert cfg.rate_timer_s == pytest.approx(profile.rate_timer_s * scale)
+    assert cfg.cnp_interval_s == pytest.approx(profile.cnp_interval_s * scale)
+    assert cfg.alpha_period_s == pytest.approx(profile.alpha_period_s * scale)
+    hardware = DcqcnConfig.hardware(profile=profile)
     assert cfg.ai_rate_bps / LINE == pytest.approx(hardware.ai_rate_bps / hardware.line_rate_bps)
     # The byte counter stays the same share of a bandwidth-delay product.
     assert cfg.byte_counter_bytes / (LINE / 8 * RTT) == pytest.approx(

@@ -66,7 +66,9 @@ def test_the_requester_paces_at_the_dcqcn_rate() -> None:
 
 
 def test_a_cut_slows_the_pacing_by_its_factor() -> None:
-    pair = dcqcn_pair()
+    # The NIC's profile: its rate timer (25 base RTTs) lets two packets leave at
+    # the cut rate before the first increase; the paper's (4.6) does not here.
+    pair = dcqcn_pair(algorithm='dcqcn-nic')
     cc = pair.qa.cc
     cc.on_cnp(0.0)
     rate = cc.rate_bps

@@ -189,7 +189,7 @@ def test_congestion_control_chosen_per_transport():
 
 def test_refuses_unknown_congestion_control_with_the_registered_ones():
     refused(base(cc={'rc': 'cubic'}), field='cc.rc',
-            words=r"unknown congestion control 'cubic' \(one of: dcqcn, none, uet-1.0-nscc\)")
+            words=r"unknown congestion control 'cubic' \(one of: dcqcn, dcqcn-nic, none, uet-1.0-nscc\)")
     refused(base(cc={'tcp': 'dcqcn'}), field='cc.tcp',
             words=r"unknown congestion control 'dcqcn' \(one of: bbr, cubic, reno\)")
     refused(base(cc={'udp': 'cubic'}), field='cc.udp',

@@ -178,25 +178,28 @@ whose slowest rate must stay within it."""
 
 @dataclass(frozen=True)
 class CcAlgorithm:
-    """One registered algorithm: its name, how to make it, the config it takes, and how
-    its defaults follow from a fabric (None: it takes no config)."""
+    """One registered algorithm: its name, how to make it, the config it takes, how
+    its defaults follow from a fabric (None: it takes no config), and whether the
+    switches mark its packets on the last hop too (RoCE's ECN marking does, at every
+    egress queue; NSCC's fabric leaves the last hop to trimming: docs/switch-port.md)."""
 
     name: str
     factory: CcFactory
     config_type: type | None      # None: the algorithm takes no config
     defaults: FabricDefaults | None = None
+    marks_last_hop: bool = False
 
 
 _ALGORITHMS: dict[str, CcAlgorithm] = {}
 
 
 def register_cc(name: str, factory: CcFactory, *, config_type: type | None = None,
-                defaults: FabricDefaults | None = None) -> None:
+                defaults: FabricDefaults | None = None, marks_last_hop: bool = False) -> None:
     """Make ``name`` selectable by a CcProfile; a name registers once. ``defaults`` makes
     the config it runs with on a given fabric (CcProfile.for_fabric)."""
     if name in _ALGORITHMS:
         raise CcConfigError(f"CC algorithm {name!r} is already registered")
-    _ALGORITHMS[name] = CcAlgorithm(name, factory, config_type, defaults)
+    _ALGORITHMS[name] = CcAlgorithm(name, factory, config_type, defaults, marks_last_hop)
 
 
 def cc_algorithm(name: str) -> CcAlgorithm:

@@ -27,23 +27,34 @@ paces the QP at a rate ``rc`` and reacts to CNPs:
 paces: DCQCN has no window, so ``limits_sending`` is false and the QP's window bound is
 its MPR window.
 
-Parameters: the defaults are those NVIDIA ConnectX NICs ship with (the "DCQCN CC
-Parameters" page of NVIDIA's DOCA documentation,
-https://networking-docs.nvidia.com/doca/archive/3-4-0/dcqcn-cc-parameters: dce_tcp_g 1019
-(g = 5/1024), dce_tcp_rtt 1 us, initial_alpha_value 1023, rpg_min_dec_fac 50 %,
-rpg_min_rate 1 Mb/s; and the rate-increase and NP values of the mlx5 firmware:
-rpg_time_reset 300 us, rpg_byte_reset 32,767 B, rpg_threshold 1, rpg_ai_rate 5 Mb/s,
-rpg_hai_rate 50 Mb/s, rate_reduce_monitor_period 4 us, np min_time_between_cnps 4 us),
-at a 100 Gbit/s line rate on a fabric whose base RTT is 12 us (the reference network NSCC's
-gains are scaled against too, nscc.REFERENCE_RTT_S).
+Parameters come from a named profile (``DcqcnProfile``), each as published, in the
+units of the network it was published for:
 
-The emulated timescale (``DcqcnConfig.defaults``): every timer is scaled by the ratio of
-the fabric's base RTT to the hardware's, every rate by the ratio of the QP's line rate to
-the hardware's, and the byte counter by both (so it stays the same share of a BDP); the minimum rate is kept where one
-packet still leaves within the share of the QP's ACK timeout it takes on hardware
-(HW_MIN_RATE_PACKET_SHARE). On
-the default 10 Mbit/s fabric (base RTT 18 ms) the 300 us rate timer becomes 0.45 s, 25
-base RTTs as on hardware, and the 4 us CNP interval 6 ms.
+- ``dcqcn`` (the default): the DCQCN paper's reaction point as the UEC reference simulator
+  runs it (htsim, sim/dcqcn.cpp at uet-htsim 40ccb05, BSD-2-Clause): g = 1/256, alpha and
+  rate-increase timers of 55 us, a 10 MB byte counter, F = 5 (Zhu et al. 2015, section 5),
+  an additive step of line/20 and a hyper step of line/10, a cut at every CNP (at most
+  one per 50 us CNP interval of the notification point), alpha starting at 1;
+- ``dcqcn-nic``: what NVIDIA ConnectX NICs ship with (the "DCQCN CC Parameters" page of
+  NVIDIA's DOCA documentation,
+  https://networking-docs.nvidia.com/doca/archive/3-4-0/dcqcn-cc-parameters: dce_tcp_g
+  1019 (g = 5/1024), dce_tcp_rtt 1 us, initial_alpha_value 1023, rpg_min_dec_fac 50 %,
+  rpg_min_rate 1 Mb/s; and the rate-increase and NP values of the mlx5 firmware:
+  rpg_time_reset 300 us, rpg_byte_reset 32,767 B, rpg_threshold 1, rpg_ai_rate 5 Mb/s,
+  rpg_hai_rate 50 Mb/s, rate_reduce_monitor_period 4 us, np min_time_between_cnps 4 us).
+  Its additive step is a thousandth of the paper's: two colliding QPs cut to the minimum
+  rate take hundreds of base RTTs to climb back.
+
+Both are read against one reference network, 100 Gbit/s links with a 12 us base RTT (the
+one NSCC's gains are scaled against too, nscc.REFERENCE_RTT_S).
+
+The emulated timescale (``DcqcnConfig.defaults``), one rule for every profile: every timer
+is scaled by the ratio of the fabric's base RTT to the reference's, every rate by the ratio
+of the QP's line rate to the reference's, and the byte counter by both (so it stays the
+same share of a BDP); the minimum rate is kept where one packet still leaves within the
+share of the QP's ACK timeout it takes on hardware (HW_MIN_RATE_PACKET_SHARE). On the
+default 10 Mbit/s fabric (base RTT 18 ms) the paper's 55 us timer becomes 83 ms, 4.6 base
+RTTs as on the reference network, and the NIC's 300 us one 0.45 s.
 
 Timers are evaluated lazily: the RP's timer events up to ``now`` are applied whenever it
 is told the time (a CNP, a transmission, a pacing question), in the order they fell due,
@@ -54,27 +65,58 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 from testbed.nic.cc.base import CcConfigError, Unlimited, register_cc
 
-DCQCN_ALGORITHM = "dcqcn"
+DCQCN_ALGORITHM = "dcqcn"               # the default profile, PAPER
 
 HARDWARE_LINE_RATE_BPS = 100e9
 HARDWARE_BASE_RTT_S = 12e-6
+HW_MIN_RATE_BPS = 1e6                  # rpg_min_rate, kept for every profile (below)
 
-# NVIDIA ConnectX defaults (module docstring), in hardware units.
-HW_G = (1024 - 1019) / 1024            # dce_tcp_g 1019: alpha' = (1019/1024) alpha + ...
-HW_ALPHA_PERIOD_S = 1e-6               # dce_tcp_rtt
-HW_INITIAL_ALPHA = 1023 / 1024         # initial_alpha_value
-HW_MAX_CUT = 0.5                       # rpg_min_dec_fac 50 %: new rate >= 50 % of old
-HW_MIN_RATE_BPS = 1e6                  # rpg_min_rate
-HW_RATE_TIMER_S = 300e-6               # rpg_time_reset
-HW_BYTE_COUNTER_BYTES = 32_767         # rpg_byte_reset
-HW_FAST_RECOVERY_STEPS = 1             # rpg_threshold
-HW_AI_RATE_BPS = 5e6                   # rpg_ai_rate
-HW_HAI_RATE_BPS = 50e6                 # rpg_hai_rate
-HW_RATE_REDUCE_PERIOD_S = 4e-6         # rate_reduce_monitor_period
-HW_CNP_INTERVAL_S = 4e-6               # np min_time_between_cnps
+
+@dataclass(frozen=True)
+class DcqcnProfile:
+    """DCQCN's parameters as one source publishes them, on the reference network
+    (HARDWARE_LINE_RATE_BPS, HARDWARE_BASE_RTT_S): seconds, bit/s, bytes."""
+
+    name: str
+    g: float
+    alpha_period_s: float
+    initial_alpha: float
+    max_cut: float
+    rate_timer_s: float
+    byte_counter_bytes: int
+    fast_recovery_steps: int
+    ai_rate_bps: float
+    hai_rate_bps: float
+    rate_reduce_period_s: float
+    cnp_interval_s: float
+
+
+# The DCQCN paper's reaction point as htsim runs it (module docstring).
+PAPER = DcqcnProfile(
+    DCQCN_ALGORITHM, g=1 / 256, alpha_period_s=55e-6, initial_alpha=1.0,
+    max_cut=0.5,                       # rc (1 - alpha / 2), alpha <= 1
+    rate_timer_s=55e-6, byte_counter_bytes=10_000_000, fast_recovery_steps=5,
+    ai_rate_bps=HARDWARE_LINE_RATE_BPS / 20, hai_rate_bps=HARDWARE_LINE_RATE_BPS / 10,
+    rate_reduce_period_s=0.0,          # a cut per CNP; CNPs come once per interval
+    cnp_interval_s=50e-6)
+# NVIDIA ConnectX defaults (module docstring).
+NIC = DcqcnProfile(
+    "dcqcn-nic", g=(1024 - 1019) / 1024,          # dce_tcp_g 1019
+    alpha_period_s=1e-6,                          # dce_tcp_rtt
+    initial_alpha=1023 / 1024,                    # initial_alpha_value
+    max_cut=0.5,                                  # rpg_min_dec_fac 50 %
+    rate_timer_s=300e-6,                          # rpg_time_reset
+    byte_counter_bytes=32_767,                    # rpg_byte_reset
+    fast_recovery_steps=1,                        # rpg_threshold
+    ai_rate_bps=5e6, hai_rate_bps=50e6,           # rpg_ai_rate, rpg_hai_rate
+    rate_reduce_period_s=4e-6,                    # rate_reduce_monitor_period
+    cnp_interval_s=4e-6)                          # np min_time_between_cnps
+PROFILES = {p.name: p for p in (PAPER, NIC)}
+
 # On hardware one packet at rpg_min_rate (a 4 KB RoCE MTU at 1 Mb/s: 33 ms) takes half of
 # an RC QP's local ACK timeout at timeout 14 (4.096 us x 2^14 = 67 ms): at its slowest a QP
 # still makes progress within its timer. The emulated ACK timeout is far fewer RTTs than
@@ -133,18 +175,20 @@ class DcqcnConfig:
 
     @classmethod
     def hardware(cls, line_rate_bps: float = HARDWARE_LINE_RATE_BPS,
-                 frame_overhead_bytes: int = 0) -> DcqcnConfig:
-        """The NIC defaults as shipped, on a hardware fabric (module docstring)."""
+                 frame_overhead_bytes: int = 0, profile: DcqcnProfile = PAPER) -> DcqcnConfig:
+        """`profile` as published, on the reference network (module docstring)."""
         return cls.defaults(line_rate_bps, HARDWARE_BASE_RTT_S,
                             frame_overhead_bytes=frame_overhead_bytes,
-                            rate_scale=line_rate_bps / HARDWARE_LINE_RATE_BPS)
+                            rate_scale=line_rate_bps / HARDWARE_LINE_RATE_BPS,
+                            profile=profile)
 
     @classmethod
     def defaults(cls, line_rate_bps: float, base_rtt_s: float, mtu: int = 1500,
                  trimming: bool = False, *, ack_timeout_s: float | None = None,
                  frame_overhead_bytes: int | None = None,
-                 rate_scale: float | None = None) -> DcqcnConfig:
-        """The NIC defaults on a fabric with this line rate and base RTT: timers scaled by
+                 rate_scale: float | None = None,
+                 profile: DcqcnProfile = PAPER) -> DcqcnConfig:
+        """`profile` on a fabric with this line rate and base RTT: timers scaled by
         base_rtt_s / 12 us, rates by line_rate_bps / 100 Gbit/s, the byte counter by both;
         with the QP's ``ack_timeout_s``, a minimum rate at which a packet of ``mtu`` bytes
         takes the share of it that it takes on hardware (HW_MIN_RATE_PACKET_SHARE).
@@ -161,19 +205,20 @@ class DcqcnConfig:
         min_rate = HW_MIN_RATE_BPS * rate_scale
         if ack_timeout_s is not None:
             min_rate = max(min_rate, mtu * 8 / (HW_MIN_RATE_PACKET_SHARE * ack_timeout_s))
+        p = profile
         return cls(
             line_rate_bps=line_rate_bps,
             min_rate_bps=min(line_rate_bps, min_rate),
-            g=HW_G, initial_alpha=HW_INITIAL_ALPHA,
-            alpha_period_s=HW_ALPHA_PERIOD_S * time_scale,
-            max_cut=HW_MAX_CUT,
-            rate_reduce_period_s=HW_RATE_REDUCE_PERIOD_S * time_scale,
-            rate_timer_s=HW_RATE_TIMER_S * time_scale,
-            byte_counter_bytes=max(1, round(HW_BYTE_COUNTER_BYTES * rate_scale * time_scale)),
-            fast_recovery_steps=HW_FAST_RECOVERY_STEPS,
-            ai_rate_bps=HW_AI_RATE_BPS * rate_scale,
-            hai_rate_bps=HW_HAI_RATE_BPS * rate_scale,
-            cnp_interval_s=HW_CNP_INTERVAL_S * time_scale,
+            g=p.g, initial_alpha=p.initial_alpha,
+            alpha_period_s=p.alpha_period_s * time_scale,
+            max_cut=p.max_cut,
+            rate_reduce_period_s=p.rate_reduce_period_s * time_scale,
+            rate_timer_s=p.rate_timer_s * time_scale,
+            byte_counter_bytes=max(1, round(p.byte_counter_bytes * rate_scale * time_scale)),
+            fast_recovery_steps=p.fast_recovery_steps,
+            ai_rate_bps=p.ai_rate_bps * rate_scale,
+            hai_rate_bps=p.hai_rate_bps * rate_scale,
+            cnp_interval_s=p.cnp_interval_s * time_scale,
             frame_overhead_bytes=frame_overhead_bytes,
         )
 
@@ -322,5 +367,7 @@ def _make_dcqcn(config: DcqcnConfig, *, now: float, initial_cwnd: int | None,
     return Dcqcn(config, now=now)
 
 
-register_cc(DCQCN_ALGORITHM, _make_dcqcn, config_type=DcqcnConfig,
-            defaults=DcqcnConfig.defaults)
+for _profile in PROFILES.values():
+    register_cc(_profile.name, _make_dcqcn, config_type=DcqcnConfig,
+                defaults=partial(DcqcnConfig.defaults, profile=_profile),
+                marks_last_hop=True)
