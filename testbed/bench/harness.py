@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.fabric.faults.injector import FaultInjector
-from testbed.workload.runner import BIN_S, TransportRun, TransportRunner
+from testbed.workload.runner import BIN_S, TransportRun, TransportRunner, marks_last_hop
 from testbed.workload.model import Scenario
 from testbed.workload.scenario import parse_scenario
 from testbed.workload.workloads import build_workload
@@ -101,6 +101,8 @@ def run_trial(ctx: BenchContext, section: str, fab, sc: Scenario,
     """Run until the emulator kept up (or MAX_ATTEMPTS; once in a smoke
     run, whose figures are not read: a saturated trial is reported rejected),
     on `fab`."""
+    if fab.signals is not None:       # the marks its CC's fabric would have
+        fab.signals.mark_last_hop(marks_last_hop(sc.cc_of(transport)))
     for attempt in range(1, (1 if ctx.smoke else MAX_ATTEMPTS) + 1):
         runner = TransportRunner(sc, transport, rep, lambda _m: None)
         make = (lambda f, log: injector(f, log, runner)) if injector else \

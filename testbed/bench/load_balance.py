@@ -13,7 +13,9 @@ hardware's 4 KB ones):
   ports;
 - two planes, 4 of those hosts (one per edge switch), MRC only: the links
   past the edge switches half loaded, to show where MRC lands when not
-  every link is full.
+  every link is full;
+- one plane, ECMP and RC under DCQCN as NICs ship it (`dcqcn-nic`), beside
+  the DCQCN paper's parameters they run by default.
 Every flow crosses the core; the fat-tree is non-blocking, so the ideal is
 every sender at its NIC's full rate (planes x link rate).
 """
@@ -55,6 +57,7 @@ class Variant:
     topology: str
     hosts: tuple[str, ...]
     transports: tuple[str, ...] = TRANSPORTS
+    cc: tuple[tuple[str, str], ...] = ()      # a scenario's cc: overrides
 
     @property
     def planes(self) -> int:
@@ -74,6 +77,10 @@ VARIANTS = (
             PODS_0_AND_2, ('mrc', 'ecmp')),
     # Where MRC lands when the links past the NICs are not all full.
     Variant('2 planes, 4 hosts', TWO_PLANES, ONE_PER_EDGE, ('mrc',)),
+    # The RoCE baselines under DCQCN as NICs ship it, beside the paper's
+    # parameters they run by default (testbed/nic/cc/dcqcn.py).
+    Variant('1 plane, DCQCN as NICs ship it', ONE_PLANE, PODS_0_AND_2, ('ecmp', 'rc'),
+            (('ecmp', 'dcqcn-nic'), ('rc', 'dcqcn-nic'))),
 )
 # The fat-tree's paths: 6 links (host, edge, agg, core, agg, edge, host).
 PATH_LINKS = 6
@@ -131,7 +138,7 @@ def run(ctx: BenchContext) -> SectionResult:
                 sc = scenario('bench-load-balance', v.topology, RATE_MBIT, {
                     'type': 'permutation', 'hosts': list(v.hosts),
                     'size_mb': size_mb}, duration_s=CAP_IDEALS * ideal_s + CAP_SLACK_S,
-                    seed=100 + rep)
+                    seed=100 + rep, **({'cc': dict(v.cc)} if v.cc else {}))
                 for transport in ('mrc', 'ecmp') if ctx.quick else \
                         v.transports:
                     trial = run_trial(ctx, KEY, fab, sc, transport, v.label, rep)

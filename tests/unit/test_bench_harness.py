@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import types
 
 import pytest
 
@@ -125,7 +126,8 @@ def _retrying(monkeypatch, healths: list[dict], smoke: bool = False):
     monkeypatch.setattr(harness, 'TransportRunner', FakeRunner)
     monkeypatch.setattr(harness.time, 'sleep', lambda s: None)
     ctx = _Ctx(smoke)
-    trial = harness.run_trial(ctx, 'failover', 'fab', None, 'mrc', 'c', 0)
+    unshaped = types.SimpleNamespace(signals=None)    # a fabric whose ports do not signal
+    trial = harness.run_trial(ctx, 'failover', unshaped, None, 'mrc', 'c', 0)
     return trial, len(executed), ctx.said
 
 
