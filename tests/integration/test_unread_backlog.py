@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from testbed.bench.emulator_scale import Probe, open_probe, probed_fabric, send_paced
+from testbed.bench.emulator_scale import STAGED, Probe, probed_fabric, send_paced
 from testbed.bench.harness import scenario
 from testbed.fabric.faults.injector import FaultInjector
 from testbed.fabric.net import FabricNet
@@ -62,8 +62,7 @@ def test_packets_waiting_unread_in_the_datapaths_sockets_are_a_wait_the_gate_lim
 
 # MRC's 8-host permutation at 40 Mbit/s offers ~265k data packet-hops/s,
 # ~400k with its SACKs: 2.6x what the k=4 fat-tree's `system` ports forward
-# without loss (~100k), more than its `afxdp` ports do (~300k, BENCHMARKS.md
-# section 6).
+# without loss (~100k, BENCHMARKS.md section 6).
 PERMUTATION_MBIT = 40.0
 PERMUTATION_HOSTS = ['h1', 'h2', 'h3', 'h4', 'h9', 'h10', 'h11', 'h12']
 
@@ -82,7 +81,7 @@ def permutation_health(fab: FabricNet, topology: str) -> dict:
 
 
 def assert_read_as_a_wait_past_the_limit(health: dict) -> None:
-    """The run's own sampler read the wait, and the gate names it."""
+    """The backlog's sampler read the wait, and the gate names it."""
     assert health['datapath_unread_wait_s'] > UNREAD_WAIT_LIMIT_S, health
     assert any('unread in the datapath' in r for r in health['reasons']), health
     assert not health['trusted']
@@ -95,10 +94,10 @@ def test_a_permutation_past_what_the_system_ports_forward_is_not_trusted():
 
 
 def test_frames_waiting_in_the_af_xdp_rings_are_read_the_same_way():
-    """Light load, then the permutation past what the PMD thread forwards,
-    on one AF_XDP fat-tree (a build of its 160 ports takes ~40 s)."""
-    topology = SPEC + ',afxdp=1'
-    with FabricNet(fabric_spec(topology, PERMUTATION_MBIT)) as fab:
+    """Light load, then past what the PMD thread forwards, on one AF_XDP
+    fat-tree (a build of its 160 ports takes ~40 s)."""
+    with ExitStack() as stack:
+        fab, probe = probed_fabric(SPEC, 'h1', 'h9', STAGED, stack)
         plan = fab.plan
         assert datapath_sockets() == frozenset()    # no port read through a packet socket
         pid = vswitchd_pid()
@@ -112,10 +111,13 @@ def test_frames_waiting_in_the_af_xdp_rings_are_read_the_same_way():
                 ring.close()
         # The same light load on the fat-tree: the PMD thread polls every
         # ring at every turn whether or not a packet came, and empties each.
-        with ExitStack() as probing:
-            light = health_of_sending(open_probe(fab, 'h1', 'h9', probing), LIGHT_PPS)
-        heavy = permutation_health(fab, topology)
+        light = health_of_sending(probe, LIGHT_PPS)
+        # Flat out: the PMD thread does a switch hop's work per packet at
+        # each of the path's `hops` switches for every send of the one sender,
+        # so the rings fill whatever the machine (here: 179k packets/s
+        # offered, 68k forwarded, BENCHMARKS.md section 6).
+        flooded = health_of_sending(probe, None)
     assert light['datapath_unread_wait_s'] is not None, light
     assert light['datapath_unread_wait_s'] < UNREAD_WAIT_LIMIT_S, light
     assert light['trusted'], light['reasons']
-    assert_read_as_a_wait_past_the_limit(heavy)
+    assert_read_as_a_wait_past_the_limit(flooded)
