@@ -389,6 +389,19 @@ def assert_routes_move_after_convergence(run):
     assert delay <= moved <= delay + TIMER_SLACK_S, (s['routes_moved'], heard)
 
 
+def hit_by_the_fault(run) -> bool:
+    """Whether the fault stalled one of a single-path transport's QPs: a QP
+    whose packets the dead element drops hears nothing back (no SACK, no NAK:
+    no later packet arrives) and resends only when its timer fires, so a
+    timer's expiry in the run says one was, on a fabric that lost nothing
+    else (checked: no trim, no queue drop)."""
+    s = run.summary
+    signals = s['signals'] or {'trimmed': 0, 'queue_drops': 0}
+    assert signals['trimmed'] + signals['queue_drops'] == 0, signals
+    counters = s['transport_counters']
+    return counters['retry_timeouts'] + counters['packet_timeouts'] > 0
+
+
 def survives(repair_s, fabric, budget_s):
     """A routed QP stalled by an element that is repaired `repair_s` after
     the fault (it comes back, or routes move) resends within one timeout T
@@ -451,15 +464,18 @@ def test_link_failure_allreduce(tmp_path, fabrics):
     outage = outage_s(sc, 'link_down')          # 4 s
     # RC: its budget (8 T, 2.4 s on this fabric's 27.6 ms base RTT) ends long
     # before the link returns (4 s) or the routes move (9.05 s): a QP hashed
-    # across the link errors. The
-    # hash is deterministic (UDP source ports from the QP numbers, fixed hash
-    # fields: docs/routed-fabric.md): in every run so far the ring's h1 ->
-    # h5 write in flight at the fault failed so, as in the README's table.
+    # across the link errors, and one that is not completes. Which QPs the
+    # switches hash across one link is their draw (a basis per switch,
+    # testbed.controller.ofp_groups; UDP source ports from the QP numbers):
+    # the same on every run, and told by the QPs' own timers.
     assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
                                  fabric.rc_expiries,
                                  outage) is False
-    assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
-    assert not runs['rc'].summary['completed']
+    if hit_by_the_fault(runs['rc']):
+        assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
+        assert not runs['rc'].summary['completed']
+    else:
+        completes_intact(runs['rc'])
     # ECMP: its budget (22 T, 6.7 s) outlasts the outage (4 s) by more than
     # a timeout: every stalled QP resends after the link is back, and the
     # job completes.
