@@ -27,6 +27,8 @@ from testbed.bench import charts
 from testbed.bench.harness import (BenchContext, SectionResult, Trial, md_table,
                            rejected_note, retried_note, run_trial, scenario,
                            side_by_side, spread)
+from testbed.bench.hash_draws import links_taken, switch_egress
+from testbed.bench.maxmin import Flow, completion_times
 from testbed.fabric.net import FabricNet
 from testbed.fabric.topo_spec import parse_topo_spec
 from testbed.workload.congestion_metrics import queueing_summary
@@ -143,6 +145,7 @@ def run(ctx: BenchContext) -> SectionResult:
                         v.transports:
                     trial = run_trial(ctx, KEY, fab, sc, transport, v.label, rep)
                     measure(trial, v, len(v.hosts))
+                    model(trial, fab, len(v.hosts), v.planes * RATE_MBIT * 1e6)
                     trials.setdefault(v.label, []).append(trial)
                     ctx.say(KEY, '%s, %s rep %d: %s' % (
                         v.label, transport, rep + 1, outcome(trial)))
@@ -180,6 +183,31 @@ def measure(trial: Trial, v: Variant, senders: int) -> None:
         fct_spread=max(fcts) / min(fcts))
 
 
+def model(trial: Trial, fab: FabricNet, senders: int, line_bps: float) -> None:
+    """The max-min fair fluid model (maxmin.py) of a routed single-path
+    trial's flows on the paths the switches' hash gave them (hash_draws.py),
+    every link at the link rate: `model_fraction` and
+    `model_mean_ideal_over_fct`, beside the measured ones. None for a
+    transport whose paths are not one hashed 5-tuple each (MRC, the
+    kernel's) or on AF_XDP ports."""
+    starts = [e for e in trial.run.events if e.get('event') == 'flow_start']
+    pinned = [e.get('pinned_path') or {} for e in starts]
+    trial.values.update(model_fraction=None, model_mean_ideal_over_fct=None)
+    if trial.run.fabric_mode != 'routed' or fab.afxdp or not starts or \
+            any('sport' not in p for p in pinned):
+        return
+    egress = switch_egress(fab)
+    flows = [Flow(e['bytes'], links_taken(fab, e['src'], e['dst'], p['plane'],
+                                          p['sport'], egress))
+             for e, p in zip(starts, pinned)]
+    capacity = {link: RATE_MBIT * 1e6 for f in flows for link in f.path}
+    fcts = completion_times(flows, capacity)
+    trial.values.update(
+        model_fraction=sum(f.size_bytes for f in flows) * 8 / max(fcts) / (senders * line_bps),
+        model_mean_ideal_over_fct=sum(f.size_bytes * 8 / line_bps / t
+                                      for f, t in zip(flows, fcts)) / len(flows))
+
+
 def outcome(trial: Trial) -> str:
     v = trial.values
     if not v['completed']:
@@ -215,6 +243,8 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
                          finished(frac.text('%.0f', 100 / SACKED_CEILING, '%'))
                          if transport == 'mrc' else '—',
                          finished(spread(mine, 'mean_ideal_over_fct').text('%.2f')),
+                         spread(mine, 'model_fraction').text('%.0f', 100, '%'),
+                         spread(mine, 'model_mean_ideal_over_fct').text('%.2f'),
                          spread(mine, 'queue_p50_targets').text('%.2f', unit='×'),
                          spread(mine, 'queue_p99_targets').text('%.2f', unit='×'),
                          finished(spread(mine, 'makespan_s').text('%.2f', unit=' s')),
@@ -243,7 +273,13 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
         'completion time over its own, as htsim reports a permutation; a '
         'trial stops at %d × its ideal + %g s, and one with a flow still '
         'running then *did not finish*: its figures are left out, never '
-        'computed at the cap; %s-byte packets (MTU). The '
+        'computed at the cap. *Max-min model*: for a routed single-path '
+        'transport, its flows on the very paths the switches hashed them onto '
+        '(each 5-tuple sent again after the trial, the switch ports that '
+        'carried it read from their counters), every link shared max-min '
+        'fairly at every moment, no queue, no loss, payload at the link rate '
+        '(so a little above what headers allow): what its congestion control '
+        'could reach on those draws; %s-byte packets (MTU). The '
         '*no signals* fabrics are the same with switch ports that neither '
         'mark ECN nor trim; *queueing* is the delay NSCC measured over its '
         'base RTT, in units of its target (quarter-target resolution).'
@@ -251,7 +287,8 @@ def report(ctx: BenchContext, trials: dict[str, list[Trial]],
            RATE_MBIT, CAP_IDEALS, CAP_SLACK_S, format(MTU, ',')),
         md_table(['fabric', 'transport', 'goodput / ideal',
                   'of MRC\'s ceiling (%.0f%%)' % (100 * SACKED_CEILING),
-                  'mean ideal / FCT', "NSCC's queueing p50 / target",
+                  'mean ideal / FCT', 'max-min model: goodput / ideal',
+                  'model: mean ideal / FCT', "NSCC's queueing p50 / target",
                   'p99 / target', 'last flow done', 'slowest / '
                   'fastest flow', 'all flows done'], rows),
         ratio,

@@ -191,8 +191,9 @@ class EndpointFlows:
             conn.requester.post_write(data, 0, conn.region.rkey,
                                       wr_id=flow_id)
         route = conn.requester.pinned_route
+        # A pinned route's UDP source port is its ECMP entropy (FixedRoute.ev_id).
         return {'qpn': conn.requester.qpn, 'pinned_path': None if route is None
-                else {'plane': route.plane, 'path': route.path}}
+                else {'plane': route.plane, 'path': route.path, 'sport': route.ev_id}}
 
     def poll(self, until: float | None = None) -> None:
         """The endpoints' loop until `until` (time.monotonic()) or a

@@ -55,5 +55,11 @@ def test_smoke_bench_writes_every_section(tmp_path: Path) -> None:
     assert all(rtt > 0 for rtt in failover['base_rtt_s'].values())
     assert failover['trials']
     assert {t['transport'] for t in failover['trials']} == {'mrc', 'rc', 'tcp'}
+    # The load-balance model ran on ECMP's routed hash draws: on two planes a
+    # single-path flow has one of its host's two NIC ports, so even max-min
+    # fair sharing gives it at most half the ideal.
+    (ecmp,) = [t for ts in json.loads((raw / 'load_balance.json').read_text()).values()
+               for t in ts if t['transport'] == 'ecmp']
+    assert 0 < ecmp['model_fraction'] <= 0.5 + 1e-9, ecmp
     assert '[' in done.stdout and 'done in' in done.stdout   # progress shown
     assert leaked() == {}

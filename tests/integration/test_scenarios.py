@@ -389,19 +389,6 @@ def assert_routes_move_after_convergence(run):
     assert delay <= moved <= delay + TIMER_SLACK_S, (s['routes_moved'], heard)
 
 
-def hit_by_the_fault(run) -> bool:
-    """Whether the fault stalled one of a single-path transport's QPs: a QP
-    whose packets the dead element drops hears nothing back (no SACK, no NAK:
-    no later packet arrives) and resends only when its timer fires, so a
-    timer's expiry in the run says one was, on a fabric that lost nothing
-    else (checked: no trim, no queue drop)."""
-    s = run.summary
-    signals = s['signals'] or {'trimmed': 0, 'queue_drops': 0}
-    assert signals['trimmed'] + signals['queue_drops'] == 0, signals
-    counters = s['transport_counters']
-    return counters['retry_timeouts'] + counters['packet_timeouts'] > 0
-
-
 def survives(repair_s, fabric, budget_s):
     """A routed QP stalled by an element that is repaired `repair_s` after
     the fault (it comes back, or routes move) resends within one timeout T
@@ -464,14 +451,16 @@ def test_link_failure_allreduce(tmp_path, fabrics):
     outage = outage_s(sc, 'link_down')          # 4 s
     # RC: its budget (8 T, 2.4 s on this fabric's 27.6 ms base RTT) ends long
     # before the link returns (4 s) or the routes move (9.05 s): a QP hashed
-    # across the link errors, and one that is not completes. Which QPs the
-    # switches hash across one link is their draw (a basis per switch,
-    # testbed.controller.ofp_groups; UDP source ports from the QP numbers):
-    # the same on every run, and told by the QPs' own timers.
+    # across the link errors, its budget after its last progress
+    # (assert_routed_outcome), and one that is not completes. Which QPs the
+    # switches hash across the link is their draw (a basis per switch,
+    # testbed.controller.ofp_groups), and RC's timers can fire in a run whose
+    # QPs all survive (fresh-clone CI: 4 expiries, 6 resends, every flow done;
+    # another run: none), so the run's outcome is checked, not foretold.
     assert assert_routed_outcome(runs['rc'], fabric, fabric.rc_budget,
                                  fabric.rc_expiries,
                                  outage) is False
-    if hit_by_the_fault(runs['rc']):
+    if runs['rc'].summary['qp_errors']:
         assert runs['rc'].summary['qp_errors'] == [RETRY_EXCEEDED]
         assert not runs['rc'].summary['completed']
     else:
