@@ -37,7 +37,7 @@ from testbed.bench.fabric_build import (measure as measure_build,  # noqa: E402
                                 vswitchd_pid)
 from testbed.bench.port_builds import measure_port_builds, port_builds_text  # noqa: E402
 from testbed.bench.harness import (BenchContext, SectionResult, md_table,  # noqa: E402
-                           run_trial, scenario)
+                           run_trial, scenario, tx_packets)
 from testbed.fabric import ovs  # noqa: E402
 from testbed.fabric.features import ovs_datapath  # noqa: E402
 from testbed.fabric.net import FabricNet  # noqa: E402
@@ -504,8 +504,7 @@ def switch_port_counts(queues: dict[str, str]) -> dict[str, tuple[int, int]]:
     qdisc = {q['dev']: q.get('packets', 0) for q in json.loads(out) if q.get('root')}
     counts = {}
     for port, queue in queues.items():
-        with open('/sys/class/net/%s/statistics/tx_packets' % port) as f:
-            counts[port] = (int(f.read()), qdisc.get(queue, 0))
+        counts[port] = (tx_packets(port), qdisc.get(queue, 0))
     return counts
 
 

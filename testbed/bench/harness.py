@@ -119,6 +119,12 @@ def run_trial(ctx: BenchContext, section: str, fab, sc: Scenario,
     return trial
 
 
+def tx_packets(intf: str) -> int:
+    """Packets a root-namespace interface (a switch port) has transmitted."""
+    with open('/sys/class/net/%s/statistics/tx_packets' % intf) as f:
+        return int(f.read())
+
+
 def goodput_mbps(run: TransportRun) -> list[float]:
     return [b * 8 / BIN_S / 1e6 for b in run.goodput_bins]
 

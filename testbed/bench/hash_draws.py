@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import time
 
+from testbed.bench.harness import tx_packets
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
 from testbed.nic.wire.layout import UDP_PORT
@@ -35,11 +36,6 @@ def switch_egress(fab: FabricNet) -> dict[Link, str]:
     return out
 
 
-def _tx(intf: str) -> int:
-    with open('/sys/class/net/%s/statistics/tx_packets' % intf) as f:
-        return int(f.read())
-
-
 def links_taken(fab: FabricNet, src: str, dst: str, plane: int, sport: int,
                 egress: dict[Link, str] | None = None) -> tuple[Link, ...]:
     """The directed links a RoCEv2 5-tuple (src's and dst's addresses on
@@ -48,7 +44,7 @@ def links_taken(fab: FabricNet, src: str, dst: str, plane: int, sport: int,
         raise ValueError('hash draws are read from system ports\' counters')
     egress = egress or switch_egress(fab)
     ports = fab.plan.host_ports
-    before = {link: _tx(intf) for link, intf in egress.items()}
+    before = {link: tx_packets(intf) for link, intf in egress.items()}
     with inside(fab.host_pid(src)):
         sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     with inside(fab.host_pid(dst)):
@@ -61,5 +57,5 @@ def links_taken(fab: FabricNet, src: str, dst: str, plane: int, sport: int,
             sock.sendto(b'hash draw', (ports[(dst, plane)].address, UDP_PORT))
         time.sleep(SETTLE_S)
     crossed = tuple(link for link, intf in egress.items()
-                    if _tx(intf) - before[link] >= PACKETS)
+                    if tx_packets(intf) - before[link] >= PACKETS)
     return ((src, ports[(src, plane)].switch),) + crossed

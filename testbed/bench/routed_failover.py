@@ -32,7 +32,7 @@ from pathlib import Path
 from testbed.bench import charts
 from testbed.bench.failover import (RATE_MBIT, SIZE_MB, SRC, DST, TOPOLOGY,
                                     rec_text)
-from testbed.bench.harness import (BenchContext, RECOVERY_HOLD_S,
+from testbed.bench.harness import (BenchContext, RECOVERY_HOLD_S, tx_packets,
                                    SectionResult, Trial, goodput_kept,
                                    goodput_mbps, md_table, rejected_note,
                                    retried_note, run_trial, scenario,
@@ -81,13 +81,8 @@ class LinkCounters:
                       for l in fab.plan.links}
 
     def read(self) -> dict[tuple[str, str], int]:
-        return {k: sum(_tx_packets(i) for i in names)
+        return {k: sum(tx_packets(i) for i in names)
                 for k, names in self.intfs.items()}
-
-
-def _tx_packets(intf: str) -> int:
-    with open('/sys/class/net/%s/statistics/tx_packets' % intf) as f:
-        return int(f.read())
 
 
 class CountedLinkFailure:
