@@ -60,6 +60,12 @@ class Variant:
     hosts: tuple[str, ...]
     transports: tuple[str, ...] = TRANSPORTS
     cc: tuple[tuple[str, str], ...] = ()      # a scenario's cc: overrides
+    qps: tuple[tuple[str, int], ...] = ()     # ... and qps_per_connection:
+
+    def keys(self) -> dict:
+        """The scenario keys the variant sets."""
+        return {**({'cc': dict(self.cc)} if self.cc else {}),
+                **({'qps_per_connection': dict(self.qps)} if self.qps else {})}
 
     @property
     def planes(self) -> int:
@@ -83,6 +89,11 @@ VARIANTS = (
     # parameters they run by default (testbed/nic/cc/dcqcn.py).
     Variant('1 plane, DCQCN as NICs ship it', ONE_PLANE, PODS_0_AND_2, ('ecmp', 'rc'),
             (('ecmp', 'dcqcn-nic'), ('rc', 'dcqcn-nic'))),
+    # The MRC paper's RoCE comparison: 16 QPs per connection, each flow
+    # split over them (Araujo et al., arXiv:2605.04333 §5.2.7: one MRC QP
+    # over 256 paths beats 16 RoCE QPs; NCCL ships 1).
+    Variant('1 plane, 16 QPs per connection', ONE_PLANE, PODS_0_AND_2, ('ecmp', 'rc'),
+            qps=(('ecmp', 16), ('rc', 16))),
 )
 # The fat-tree's paths: 6 links (host, edge, agg, core, agg, edge, host).
 PATH_LINKS = 6
@@ -140,7 +151,7 @@ def run(ctx: BenchContext) -> SectionResult:
                 sc = scenario('bench-load-balance', v.topology, RATE_MBIT, {
                     'type': 'permutation', 'hosts': list(v.hosts),
                     'size_mb': size_mb}, duration_s=CAP_IDEALS * ideal_s + CAP_SLACK_S,
-                    seed=100 + rep, **({'cc': dict(v.cc)} if v.cc else {}))
+                    seed=100 + rep, **v.keys())
                 for transport in ('mrc', 'ecmp') if ctx.quick else \
                         v.transports:
                     trial = run_trial(ctx, KEY, fab, sc, transport, v.label, rep)
@@ -191,21 +202,24 @@ def model(trial: Trial, fab: FabricNet, senders: int, line_bps: float) -> None:
     transport whose paths are not one hashed 5-tuple each (MRC, the
     kernel's) or on AF_XDP ports."""
     starts = [e for e in trial.run.events if e.get('event') == 'flow_start']
-    pinned = [e.get('pinned_path') or {} for e in starts]
+    parts = [[(q['bytes'], q['pinned_path'] or {}) for q in e['qps']] if 'qps' in e
+             else [(e['bytes'], e.get('pinned_path') or {})] for e in starts]
     trial.values.update(model_fraction=None, model_mean_ideal_over_fct=None)
     if trial.run.fabric_mode != 'routed' or fab.afxdp or not starts or \
-            any('sport' not in p for p in pinned):
+            any('sport' not in p for qps in parts for _, p in qps):
         return
     egress = switch_egress(fab)
-    flows = [Flow(e['bytes'], links_taken(fab, e['src'], e['dst'], p['plane'],
-                                          p['sport'], egress))
-             for e, p in zip(starts, pinned)]
+    # One model flow per QP: a flow split over several ends with its last part.
+    flows = [Flow(size, links_taken(fab, e['src'], e['dst'], p['plane'], p['sport'],
+                                    egress))
+             for e, qps in zip(starts, parts) for size, p in qps]
     capacity = {link: RATE_MBIT * 1e6 for f in flows for link in f.path}
-    fcts = completion_times(flows, capacity)
+    fcts = iter(completion_times(flows, capacity))
+    ends = [max(next(fcts) for _ in qps) for qps in parts]
     trial.values.update(
-        model_fraction=sum(f.size_bytes for f in flows) * 8 / max(fcts) / (senders * line_bps),
-        model_mean_ideal_over_fct=sum(f.size_bytes * 8 / line_bps / t
-                                      for f, t in zip(flows, fcts)) / len(flows))
+        model_fraction=sum(e['bytes'] for e in starts) * 8 / max(ends) / (senders * line_bps),
+        model_mean_ideal_over_fct=sum(e['bytes'] * 8 / line_bps / t
+                                      for e, t in zip(starts, ends)) / len(starts))
 
 
 def outcome(trial: Trial) -> str:

@@ -23,19 +23,19 @@ packets on the default fat-tree (27.6 ms against 18.0) make it 9.05 s.
 """
 from __future__ import annotations
 
-from testbed.nic.emulated_timescale import PACKET_TIMEOUT_RTTS, TUNED_RTT_S, timer_rtt_s
+from testbed.nic.emulated_timescale import TUNED_RTT_S, timer_scale
 
 HARDWARE_CONVERGENCE_S = 0.5
-HARDWARE_ACK_TIMEOUT_S = 1.024e-6 * 2 ** 14     # mrc.h timeout 14: 16.8 ms
-# The packet timeout on the fabric the timers were tuned on (0.2 s).
-TIMER_SCALE = PACKET_TIMEOUT_RTTS * TUNED_RTT_S / HARDWARE_ACK_TIMEOUT_S
+# The packet timeout on the fabric the timers were tuned on (0.2 s) over the
+# hardware ACK timer (16.8 ms).
+TIMER_SCALE = timer_scale()
 DEFAULT_CONVERGENCE_DELAY_S = round(HARDWARE_CONVERGENCE_S * TIMER_SCALE, 2)
 
 
 def emulated_delay(hardware_s: float, base_rtt_s: float = TUNED_RTT_S) -> float:
     """A hardware convergence time on the emulated timescale of a fabric whose
-    base RTT is `base_rtt_s` (its timers' scale: emulated_timescale.timer_rtt_s)."""
-    return hardware_s * TIMER_SCALE * timer_rtt_s(base_rtt_s) / TUNED_RTT_S
+    base RTT is `base_rtt_s` (its timers' scale: emulated_timescale.timer_scale)."""
+    return hardware_s * timer_scale(base_rtt_s)
 
 
 def delay_for(base_rtt_s: float | None) -> float:

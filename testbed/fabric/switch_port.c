@@ -47,7 +47,8 @@
  *     hop, so a DSCP rewrite would add an unsourced number and change nothing.
  *
  *  4. Priority: trimmed packets and MRC control packets (SACK, NACK, reliability probe,
- *     EV probe and reply, CNP) get skb->priority = the port's control-class priority. HTB takes
+ *     EV probe and reply, CNP) get skb->priority = the port's control-class priority, on
+ *     the SRv6 fabric (IPv6-in-IPv6) and on the routed one (plain IPv6, never trimmed). HTB takes
  *     skb->priority as a class id when its major number equals the qdisc's handle
  *     (net/sched/sch_htb.c htb_classify()), so with switch_port.py's priority HTB they are
  *     served before queued full-size data. 0 = leave skb->priority alone.
@@ -165,9 +166,11 @@ static __always_inline __u8 ecn_of(__u8 tc1)
 	return (tc1 >> IPV6_ECN_SHIFT) & ECN_MASK;
 }
 
-/* The MRC layer: dport, version and opcode say it is MRC; lengths must agree to trim. */
-static __always_inline void parse_mrc(struct __sk_buff *skb, struct pkt *p, __u32 udp_off,
-				      __u16 inner_plen)
+/* The MRC layer: dport, version and opcode say it is MRC. Control opcodes, and data trimmed
+ * upstream, go to the control class. Returns whether the UDP datagram is MRC data not yet
+ * trimmed, with its UDP length in *udp_len. */
+static __always_inline int read_bth(struct __sk_buff *skb, struct pkt *p, __u32 udp_off,
+				    __u16 *udp_len)
 {
 	struct {
 		__be16 sport, dport, len, check;
@@ -176,24 +179,36 @@ static __always_inline void parse_mrc(struct __sk_buff *skb, struct pkt *p, __u3
 
 	if (bpf_skb_load_bytes(skb, udp_off, &udp, sizeof(udp)) ||
 	    udp.dport != bpf_htons(MRC_UDP_PORT))
-		return;
+		return 0;
 	if (bpf_skb_load_bytes(skb, udp_off + UDP_HLEN, bth, sizeof(bth)) ||
 	    bth[MRC_BTH_VERSION_OFFSET] != MRC_PROTOCOL_VERSION)
-		return;
+		return 0;
 	p->mrc_off = udp_off + UDP_HLEN;
 	p->opcode = bth[0];
 	p->bth_flags = bth[MRC_BTH_FLAGS_OFFSET];
+	*udp_len = bpf_ntohs(udp.len);
 	if (OPCODE_IN(MRC_CONTROL_OPCODES, MRC_CONTROL_OPCODE_BASE, p->opcode) ||
 	    OPCODE_IN(MRC_ROCE_CONTROL_OPCODES, MRC_ROCE_OPCODE_BASE, p->opcode)) {
 		p->control = 1;
-		return;
+		return 0;
 	}
 	if (!OPCODE_IN(MRC_DATA_OPCODES, 0, p->opcode))
-		return;
+		return 0;
 	if (p->bth_flags & MRC_FLAG_TRIMMED) { /* trimmed upstream: headers only, high priority */
 		p->control = 1;
-		return;
+		return 0;
 	}
+	return 1;
+}
+
+/* An encapsulated MRC packet: its class, and where a trim would cut it (lengths must agree). */
+static __always_inline void parse_mrc(struct __sk_buff *skb, struct pkt *p, __u32 udp_off,
+				      __u16 inner_plen)
+{
+	__u16 udp_len;
+
+	if (!read_bth(skb, p, udp_off, &udp_len))
+		return;
 	p->hdr_len = MRC_BTH_LEN + MRC_METH_LEN + MRC_RETH_LEN;
 	if (p->bth_flags & MRC_FLAG_TIMESTAMP)
 		p->hdr_len += MRC_TSETH_LEN;
@@ -202,7 +217,7 @@ static __always_inline void parse_mrc(struct __sk_buff *skb, struct pkt *p, __u3
 	/* Trim only what adds up (a switch must not "repair" a malformed packet into a valid
 	 * one) and only where there is payload to cut: a header-only packet is already as
 	 * small as its trimmed form, and a trim flag on it would only cause a retransmission. */
-	if (inner_plen != p->len - p->inner_off - IPV6_HLEN || bpf_ntohs(udp.len) != inner_plen)
+	if (inner_plen != p->len - p->inner_off - IPV6_HLEN || udp_len != inner_plen)
 		return;
 	if (p->len <= p->mrc_off + p->hdr_len + MRC_ICRC_LEN)
 		return;
@@ -234,6 +249,15 @@ static __always_inline void parse(struct __sk_buff *skb, struct pkt *p)
 			return;
 		ip6.nexthdr = rh[0];
 		off += ((__u32)rh[1] + 1) * 8;
+	}
+	if (ip6.nexthdr == IPPROTO_UDP) {
+		/* The routed fabric's plain IPv6 (RoCE as RoCE fabrics carry it): its ACKs, NAKs
+		 * and CNPs take the control class, as a RoCE fabric gives them a strict-priority
+		 * class; its data is never trimmed (no RoCE switch trims). */
+		__u16 udp_len;
+
+		read_bth(skb, p, off, &udp_len);
+		return;
 	}
 	if (ip6.nexthdr != IPPROTO_IPV6 || bpf_ntohs(ip6.plen) != p->len - ETH_HLEN - IPV6_HLEN)
 		return;

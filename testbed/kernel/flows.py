@@ -84,5 +84,8 @@ class KernelFlows:
     def transport_counters(self) -> dict[str, int]:
         return {}
 
+    def deployed_ack_timer(self) -> dict | None:
+        return None                # the kernel's retransmission timer is its own
+
     def close(self) -> None:
         self.kernel.close()

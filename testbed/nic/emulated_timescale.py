@@ -26,6 +26,7 @@ from testbed.nic.cc import NSCC_ALGORITHM, CcProfile, NsccConfig
 from testbed.nic.ev_table import EvTableConfig
 from testbed.nic.hardware_profile import EmulatedTime, HardwareProfile, emulate
 from testbed.nic.qp_profile import QpProfile
+from testbed.nic.deployed_ack_timer import DEPLOYED_RC
 from testbed.nic.qp_state import RetryConfig
 from testbed.nic.transport_config import DEFAULT_CC, TransportConfig
 from testbed.nic.wire import IMMDT_LEN, MPR_UNIT_PSNS, max_payload
@@ -53,8 +54,9 @@ ACK_REFRESH_RTTS = 3.0
 # from last progress to RETRY_EXC_ERR where the hardware value put it: 22
 # timeouts, 4.4 s on the tuned fabric.
 RETRY = RetryConfig(linear_cnt=7, exp_cnt=3)
-# An RC QP's budget is the verbs one: retry_cnt 7 at the ACK timeout, no
-# backoff (8 timeouts, 1.6 s on the tuned fabric, from last progress).
+# An RC QP's retry count is the verbs one, retry_cnt 7 at the ACK timeout, no
+# backoff; its timer stands for NCCL's deployed one, whose budget it spends
+# on the timers' clock (deployed_ack_timer, `_give_up`).
 RC_RETRY = RetryConfig.verbs()
 MPR_UNITS = 2          # 256 PSNs in flight: the userspace datapath drops
                        # bursts much larger than its socket buffers
@@ -132,7 +134,9 @@ def fabric_qp_profile(transport: str, link_rate_bps: float | None,
     sets it (delay stage included, `hardware_profile.EmulatedTime`)."""
     retry = RC_RETRY if transport == 'rc' else RETRY
     if not link_rate_bps:
-        return replace(emulated_qp_profile(mtu=mtu), retry=retry)
+        profile = emulated_qp_profile(mtu=mtu)
+        return replace(profile, retry=retry, transport_config=_give_up(
+            transport, profile.transport_config, PROCESSING_RTT_S))
     rate, rtt = qp_reach(transport, link_rate_bps, planes, path_links, mtu)
     profile = emulated_qp_profile(rate, base_rtt_override_s or rtt,
                                   signals=signals,
@@ -142,8 +146,17 @@ def fabric_qp_profile(transport: str, link_rate_bps: float | None,
     # A coalesced SACK waits at most as long as the packets it waits for
     # take at the port's rate; the hardware's 50 us is a twentieth of one
     # packet time here, so every SACK would leave alone.
-    return replace(profile, retry=retry, transport_config=replace(
-        config, ack_delay_s=config.ack_every * packet_time_s(link_rate_bps, mtu)))
+    config = replace(config, ack_delay_s=config.ack_every * packet_time_s(link_rate_bps, mtu))
+    return replace(profile, retry=retry, transport_config=_give_up(
+        transport, config, base_rtt_override_s or rtt))
+
+
+def _give_up(transport: str, config: TransportConfig, rtt_s: float) -> TransportConfig:
+    """An RC QP's ACK timer stands for the deployed one (deployed_ack_timer): it errors
+    once the deployed budget has passed on this fabric's timers' clock."""
+    if transport != 'rc':
+        return config
+    return replace(config, retry_give_up_s=DEPLOYED_RC.budget_s * timer_scale(rtt_s))
 
 
 def fabric_time(profile: HardwareProfile, link_rate_bps: float,
@@ -205,6 +218,8 @@ def mpr_units(qp_rate_bps: float, rtt_s: float, mtu: int = MTU) -> int:
 
 # The fabric the timers above were tuned on: 10 Mbit/s, 6-link paths.
 TUNED_RTT_S = base_rtt_s(10e6, 6)
+# The hardware ACK timer the packet timeout stands for: mrc.h timeout 14, 16.8 ms.
+HARDWARE_ACK_TIMEOUT_S = 1.024e-6 * 2 ** 14
 
 
 def timer_rtt_s(rtt_s: float) -> float:
@@ -212,6 +227,15 @@ def timer_rtt_s(rtt_s: float) -> float:
     tuned fabric's; under it, the Python endpoints' and the userspace
     datapath's own milliseconds of jitter dominate."""
     return max(rtt_s, TUNED_RTT_S)
+
+
+def timer_scale(rtt_s: float = TUNED_RTT_S) -> float:
+    """Emulated seconds per hardware second on the timers' clock of a fabric
+    whose base RTT is `rtt_s`: its packet timeout over the hardware ACK
+    timer it stands for (about 12 on the tuned fabric). Waits that race the
+    timers (the routed fabric's convergence, RC's deployed ACK timeout) are
+    stretched by it."""
+    return PACKET_TIMEOUT_RTTS * timer_rtt_s(rtt_s) / HARDWARE_ACK_TIMEOUT_S
 
 
 def emulated_qp_profile(link_rate_bps: float | None = None,

@@ -123,7 +123,7 @@ class Requester:
         self._mpr_psns = rts.mpr * MPR_UNIT_PSNS
         self._dynamic_mpr = rts.dynamic_mpr
         self._max_wimm = rts.max_wimm
-        self.retry = RetryTimer(rts.timeout_s, rts.retry)
+        self.retry = RetryTimer(rts.timeout_s, rts.retry, config.retry_give_up_s)
         self._packet_timeout = config.packet_timeout_s or rts.timeout_s
         self._probe_timeout = config.probe_timeout_s or self._packet_timeout
         self._timestamps = config.timestamps
@@ -760,6 +760,8 @@ class Requester:
             "sq_psn_next": window.wire_psn(window.nxt), "in_flight_psns": window.in_flight,
             "mpr_window_psns": self._mpr_psns, "outstanding_wrs": len(self._incomplete),
             "imm_outstanding": self._imm_outstanding, "retries": self.retry.retries,
+            "stalls": list(self.retry.ended_stalls),
+            "stalled_since": self.retry.waiting_since if self.retry.stalled else None,
             "reorder_threshold": self._reorder_threshold,
             "cwnd": self._cc.cwnd, "inflight_bytes": self._cc.inflight,
             "peer_received_bytes": self.peer_received_bytes,

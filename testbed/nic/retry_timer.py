@@ -12,6 +12,11 @@ count and re-arms at the base interval, so a QP that keeps delivering on other p
 spends its budget. Interval after the r-th retry: base for r <= linear_cnt, else
 base x 2^(r - linear_cnt). NACKs that "count against the retry budget" spend one retry
 without touching the deadline.
+
+A timer given `give_up_s` stands in for a deployed one far longer than a trial (an RC QP's,
+testbed/nic/deployed_ack_timer.py): it fires every `base_s` (no backoff) and errors only
+after `give_up_s` without progress, whatever the count. Every timer keeps its *stalls*
+(from the last progress before an expiry to the progress after it): each's start and length.
 """
 
 from __future__ import annotations
@@ -50,25 +55,46 @@ def time_to_error(base_s: float, retry: RetryConfig) -> float:
 class RetryTimer:
     """One QP's retry timer; the owner calls expire() when `deadline` has passed."""
 
-    __slots__ = ("base_s", "retry", "retries", "deadline", "expiries")
+    __slots__ = ("base_s", "retry", "retries", "deadline", "expiries", "give_up_s",
+                 "waiting_since", "stalled", "ended_stalls")
 
-    def __init__(self, base_s: float, retry: RetryConfig) -> None:
+    def __init__(self, base_s: float, retry: RetryConfig,
+                 give_up_s: float | None = None) -> None:
         self.base_s = base_s
         self.retry = retry
         self.retries = 0
         self.deadline: float | None = None
         self.expiries = 0
+        self.give_up_s = give_up_s
+        self.waiting_since = 0.0       # last progress, or the arming after idle
+        self.stalled = False           # expired since the last progress
+        self.ended_stalls: list[tuple[float, float]] = []   # (start, length), seconds
 
     @property
     def budget(self) -> float:
-        return self.retry.budget
+        return math.inf if self.give_up_s is not None else self.retry.budget
+
+    def stalls(self, now: float) -> list[tuple[float, float]]:
+        """Every stall as (start, length); one still running counts up to `now`."""
+        running = [(self.waiting_since, now - self.waiting_since)] if self.stalled else []
+        return self.ended_stalls + running
+
+    def _interval(self) -> float:
+        if self.give_up_s is not None:
+            return self.base_s
+        return retry_interval(self.base_s, self.retry, self.retries)
 
     def arm_if_idle(self, now: float) -> None:
         if self.deadline is None:
-            self.deadline = now + retry_interval(self.base_s, self.retry, self.retries)
+            self.waiting_since = now
+            self.deadline = now + self._interval()
 
     def on_progress(self, now: float, outstanding: bool) -> None:
+        if self.stalled:
+            self.stalled = False
+            self.ended_stalls.append((self.waiting_since, now - self.waiting_since))
         self.retries = 0
+        self.waiting_since = now
         self.deadline = now + self.base_s if outstanding else None
 
     def stop(self) -> None:
@@ -77,12 +103,18 @@ class RetryTimer:
     def expire(self, now: float) -> bool:
         """An expiry without progress: True = retry now (timer re-armed), False = exhausted."""
         self.expiries += 1
-        if self.retries >= self.budget:
+        self.stalled = True
+        if self._exhausted(now):
             self.deadline = None
             return False
         self.retries += 1
-        self.deadline = now + retry_interval(self.base_s, self.retry, self.retries)
+        self.deadline = now + self._interval()
         return True
+
+    def _exhausted(self, now: float) -> bool:
+        if self.give_up_s is not None:
+            return now - self.waiting_since >= self.give_up_s
+        return self.retries >= self.budget
 
     def charge(self) -> bool:
         """Spend one retry for a NACK; False when none was left."""

@@ -70,6 +70,9 @@ class TransportConfig:
         inferred from SACK holes may be reordering, so the EV is demoted only after this many
         inferred losses on it with no SACK reflecting it in between.
       packet_timeout_s: per-packet timer (MRC and ECMP); None = the QP ACK timeout.
+      retry_give_up_s: the QP's ACK timer fires at a fixed interval and the QP errors after
+        this long without progress, not after its retry count: a deployed timer the trial
+        cannot wait out, compressed (testbed/nic/deployed_ack_timer.py). None: the count.
       probe_timeout_s: a reliability probe unanswered this long failed; None = packet timeout.
       ack_refresh_s: an MRC requester with packets in flight that has sent nothing and heard
         no SACK or NACK for this long sends one reliability probe on a GOOD EV, whose SACK
@@ -97,6 +100,7 @@ class TransportConfig:
     max_reorder_threshold: int = 256
     inferred_losses_to_fail: int = 2
     packet_timeout_s: float | None = None
+    retry_give_up_s: float | None = None
     probe_timeout_s: float | None = None
     ack_refresh_s: float | None = None
     timestamps: bool = True
@@ -127,7 +131,7 @@ class TransportConfig:
                    f"({self.max_reorder_threshold}), got {self.reorder_threshold}")
         if self.inferred_losses_to_fail < 1:
             yield f"inferred_losses_to_fail must be >= 1, got {self.inferred_losses_to_fail}"
-        for name in ("packet_timeout_s", "probe_timeout_s", "ack_refresh_s",
+        for name in ("packet_timeout_s", "retry_give_up_s", "probe_timeout_s", "ack_refresh_s",
                      "backpressure_hold_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:

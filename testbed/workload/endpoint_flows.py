@@ -18,6 +18,13 @@ RC's and ECMP's default) a QP has no EVs: its one "path" per plane is the
 peer's address there, the socket runtime sends it as plain IPv6, and the
 switches' ECMP hashes its 5-tuple, whose UDP source port is the QP's flow
 entropy as in RoCEv2 (`testbed.nic.routes.rocev2_source_port`).
+
+A pinned transport (RC, ECMP) may keep several QPs per pair
+(`qps_per_connection`, NCCL_IB_QPS_PER_CONNECTION: 1 unless told, as NCCL
+ships): each flow is split into that many contiguous parts, one WRITE per
+QP, as NCCL_IB_SPLIT_DATA_ON_QPS=1 splits a message; each QP has its own
+UDP source port, so the switches hash each part on its own. The flow is
+done when every part is.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from dataclasses import dataclass, replace
 from testbed.fabric.net import FabricNet
 from testbed.fabric.netns import inside
 from testbed.mrc_ctl.ev_planner import EvPlanner, PairEvs
+from testbed.nic.deployed_ack_timer import DEPLOYED_RC
 from testbed.nic.emulated_timescale import fabric_qp_profile
 from testbed.nic.hardware_profile import EmulatedTime
 from testbed.nic.endpoint import Endpoint, connect
@@ -73,15 +81,31 @@ class Connection:
 
 
 @dataclass
+class FlowPart:
+    """The part of a flow one QP of the pair carries."""
+    conn: Connection
+    size: int
+    data: bytes
+    received_before: int          # the responder's byte count at post time
+    done: bool = False
+
+
+@dataclass
 class EndpointFlow:
     flow_id: int
     size: int
-    data: bytes
-    conn: Connection
-    received_before: int          # the responder's byte count at post time
+    parts: list[FlowPart]
     status: str = 'running'       # running | done | failed
     error: str | None = None
     corrupt: int = 0
+
+
+def split_sizes(size: int, parts: int) -> list[int]:
+    """`size` bytes in `parts` contiguous parts as even as bytes allow (the
+    first ones a byte longer); none empty, so at most `size` parts."""
+    count = max(1, min(parts, size))
+    base, extra = divmod(size, count)
+    return [base + (i < extra) for i in range(count)]
 
 
 class EndpointFlows:
@@ -89,12 +113,19 @@ class EndpointFlows:
 
     def __init__(self, fab: FabricNet, transport: str, seed: int,
                  fabric_mode: str = 'srv6', cc: str | None = None,
-                 timescale: EmulatedTime | None = None) -> None:
+                 timescale: EmulatedTime | None = None,
+                 qps_per_connection: int = 1) -> None:
         """`cc`: the QPs' congestion control (None: the transport's);
         `timescale`: the hardware profile the fabric stands for (its delay
-        stage and base RTT), None for the fabric's own RTT."""
+        stage and base RTT), None for the fabric's own RTT;
+        `qps_per_connection`: QPs per pair, each flow split over them
+        (pinned transports only: an MRC QP spreads itself)."""
+        if qps_per_connection < 1 or (qps_per_connection > 1 and transport == 'mrc'):
+            raise ValueError('qps_per_connection must be 1 for mrc and >= 1 for a '
+                             'pinned transport, got %r' % (qps_per_connection,))
         self.fab = fab
         self.transport = transport
+        self.qps_per_connection = qps_per_connection
         self.routed = fabric_mode == 'routed'
         plan = fab.plan
         self.book = AddressBook({k: p.address for k, p in plan.host_ports.items()})
@@ -107,7 +138,8 @@ class EndpointFlows:
             base_rtt_override_s=timescale.base_rtt_s if timescale else None,
             mtu=fab.mtu)
         self.endpoints: dict[str, Endpoint] = {}
-        self.connections: dict[tuple[str, str], Connection] = {}
+        self.connections: dict[tuple[str, str], Connection] = {}   # each pair's first QP
+        self.lanes: dict[tuple[str, str], list[Connection]] = {}    # ... and all of them
         self.flows: dict[int, EndpointFlow] = {}
         self.seed = seed
         self.planner = EvPlanner(plan, seed=seed)
@@ -156,21 +188,32 @@ class EndpointFlows:
         for src, dst, size in flows:
             largest[(src, dst)] = max(size, largest.get((src, dst), 0))
         for (src, dst), size in largest.items():
-            a, b = self._endpoint(src), self._endpoint(dst)
-            if self.routed:
-                forward = None
-                qa, qb = connect(a, b, self._routes_to(dst), self._routes_to(src),
-                                 self.transport, self.profile)
-            else:
-                forward, reverse = self._profile(src, dst), self._profile(dst, src)
-                table = forward.table_config(self.profile.ev_table,
-                                             self.profile.ev_table.active_count)
-                qa, qb = connect(a, b, forward.ev_array_by_plane(),
-                                 reverse.ev_array_by_plane(), self.transport,
-                                 replace(self.profile, ev_table=table))
-            self.connections[(src, dst)] = Connection(
-                qa, qb, b.register_mr(bytearray(size)), forward, os.urandom(size),
-                random.Random(self.seed * 1000 + len(self.connections)))
+            part = split_sizes(size, self.qps_per_connection)[0]
+            self.lanes[(src, dst)] = [self._connect(src, dst, part)
+                                      for _ in range(self.qps_per_connection)]
+            self.connections[(src, dst)] = self.lanes[(src, dst)][0]
+
+    def _connect(self, src: str, dst: str, size: int) -> Connection:
+        """One connected QP from src to dst, its region `size` bytes."""
+        a, b = self._endpoint(src), self._endpoint(dst)
+        if self.routed:
+            forward = None
+            qa, qb = connect(a, b, self._routes_to(dst), self._routes_to(src),
+                             self.transport, self.profile)
+        else:
+            forward, reverse = self._profile(src, dst), self._profile(dst, src)
+            table = forward.table_config(self.profile.ev_table,
+                                         self.profile.ev_table.active_count)
+            qa, qb = connect(a, b, forward.ev_array_by_plane(),
+                             reverse.ev_array_by_plane(), self.transport,
+                             replace(self.profile, ev_table=table))
+        return Connection(qa, qb, b.register_mr(bytearray(size)), forward,
+                          os.urandom(size),
+                          random.Random(self.seed * 1000 + len(self.all_connections())))
+
+    def all_connections(self) -> list[Connection]:
+        """Every QP of every pair."""
+        return [conn for lanes in self.lanes.values() for conn in lanes]
 
     def _routes_to(self, host: str) -> dict[int, list[str]]:
         """The routed fabric's one route per plane: the host's address."""
@@ -178,22 +221,25 @@ class EndpointFlows:
                 for plane in self.fab.plan.planes}
 
     def start(self, flow_id: int, src: str, dst: str, size: int) -> dict:
-        """Returns what the flow runs on (for the event log)."""
-        conn = self.connections[(src, dst)]
-        data = conn.payload(size)
-        responder = conn.responder.responder
-        self.flows[flow_id] = EndpointFlow(
-            flow_id, size, data, conn,
-            responder.received_bytes if responder else 0)
-        if conn.requester.error is not None:   # the QP died earlier
-            self._finish(self.flows[flow_id], False, conn.requester.error[1])
+        """Returns what the flow runs on (for the event log): its first QP
+        and, with several, every QP's part."""
+        lanes = self.lanes[(src, dst)]
+        parts = [FlowPart(conn, n, conn.payload(n), _received(conn))
+                 for conn, n in zip(lanes, split_sizes(size, len(lanes)))]
+        flow = self.flows[flow_id] = EndpointFlow(flow_id, size, parts)
+        dead = next((p.conn.requester.error for p in parts
+                     if p.conn.requester.error is not None), None)
+        if dead is not None:                   # a QP died earlier
+            self._finish(flow, False, dead[1])
         else:
-            conn.requester.post_write(data, 0, conn.region.rkey,
-                                      wr_id=flow_id)
-        route = conn.requester.pinned_route
-        # A pinned route's UDP source port is its ECMP entropy (FixedRoute.ev_id).
-        return {'qpn': conn.requester.qpn, 'pinned_path': None if route is None
-                else {'plane': route.plane, 'path': route.path, 'sport': route.ev_id}}
+            for part in parts:
+                part.conn.requester.post_write(part.data, 0, part.conn.region.rkey,
+                                               wr_id=flow_id)
+        described = [_qp_described(p.conn, p.size) for p in parts]
+        event = {k: v for k, v in described[0].items() if k != 'bytes'}
+        if len(parts) > 1:
+            event['qps'] = described
+        return event
 
     def poll(self, until: float | None = None) -> None:
         """The endpoints' loop until `until` (time.monotonic()) or a
@@ -205,24 +251,30 @@ class EndpointFlows:
         for host, ep in self.endpoints.items():
             for wc in ep.poll_cq():
                 flow = self.flows.get(wc.wr_id)
-                if flow is not None and ep.qp(wc.qp_num) is flow.conn.requester:
-                    self._finish(flow, wc.ok, None if wc.ok else wc.status_text)
+                if flow is None or flow.status != 'running':
+                    continue
+                qp = ep.qp(wc.qp_num)
+                part = next((p for p in flow.parts if p.conn.requester is qp), None)
+                if part is None:
+                    continue
+                if not wc.ok:
+                    self._finish(flow, False, wc.status_text)
+                    continue
+                part.done = True
+                if all(p.done for p in flow.parts):
+                    self._finish(flow, True, None)
 
     def _finish(self, flow: EndpointFlow, ok: bool, error: str | None) -> None:
         flow.status, flow.error = ('done' if ok else 'failed'), error
-        if ok:   # check now: the next flow of this pair reuses the region
-            got = flow.conn.region.buf[:flow.size]
-            flow.corrupt = 0 if got == flow.data else sum(
-                1 for x, y in zip(got, flow.data) if x != y)
+        if ok:   # check now: the next flow of this pair reuses the regions
+            flow.corrupt = sum(_corrupt(p) for p in flow.parts)
 
     def delivered(self, flow_id: int) -> int:
         flow = self.flows[flow_id]
         if flow.status == 'done':
             return flow.size
-        responder = flow.conn.responder.responder
-        got = (responder.received_bytes if responder else 0) - \
-            flow.received_before
-        return max(0, min(flow.size, got))
+        return sum(max(0, min(p.size, _received(p.conn) - p.received_before))
+                   for p in flow.parts)
 
     def status(self, flow_id: int) -> str:
         return self.flows[flow_id].status
@@ -236,7 +288,7 @@ class EndpointFlows:
 
     def retransmitted_bytes(self) -> int:
         return sum(c.requester.counters.retransmitted_bytes
-                   for c in self.connections.values())
+                   for c in self.all_connections())
 
     def ev_events(self) -> list[dict]:
         """The EV profiles made at `prepare`, then every EV event the QPs
@@ -281,7 +333,7 @@ class EndpointFlows:
         """Every requester's NSCC delay histogram, summed, and the target."""
         total: list[int] = []
         target = None
-        for conn in self.connections.values():
+        for conn in self.all_connections():
             cc = conn.requester.cc
             hist = getattr(cc, 'delay_histogram', None)
             if hist is None:
@@ -291,16 +343,34 @@ class EndpointFlows:
         return total, target
 
     def transport_counters(self) -> dict[str, int]:
-        """What every requester and responder of the run counted, summed."""
+        """What every requester and responder of the run counted, summed;
+        with a deployed ACK timer (RC's), its stalls (deployed_ack_timer)."""
         total: Counter[str] = Counter()
-        for conn in self.connections.values():
+        stalls: list[list[tuple[float, float]]] = []     # per QP: (start, length)
+        running = 0
+        now = time.monotonic()                  # the endpoints' clock
+        for conn in self.all_connections():
             sent = conn.requester.stats()
             total.update({k: sent[k] for k in REQUESTER_COUNTERS})
             got = conn.responder.stats()
             total.update({k: got[k] for k in RESPONDER_COUNTERS})
             cc = sent.get('cc', {})
             total.update({k: cc[k] for k in CC_COUNTERS if k in cc})
+            timer = sent['requester']
+            since = timer['stalled_since']
+            stalls.append([tuple(s) for s in timer['stalls']] +
+                          ([] if since is None else [(since, now - since)]))
+            running += since is not None
+        give_up = self.profile.transport_config.retry_give_up_s
+        if give_up is not None:
+            total.update(DEPLOYED_RC.counters(stalls, running, DEPLOYED_RC.scale_of(give_up)))
         return dict(total)
+
+    def deployed_ack_timer(self) -> dict | None:
+        """The deployed ACK timer the QPs' stands for, on this fabric's clock; None if
+        they run their own (deployed_ack_timer)."""
+        give_up = self.profile.transport_config.retry_give_up_s
+        return None if give_up is None else DEPLOYED_RC.describe(DEPLOYED_RC.scale_of(give_up))
 
     def deny(self, src: str, dst: str, carrier: str, denied: bool = True) -> int:
         """The control plane denies (or allows again) a path of a pair: the
@@ -317,3 +387,23 @@ class EndpointFlows:
 
     def close(self) -> None:
         self.runtime.close()
+
+
+def _received(conn: Connection) -> int:
+    """Bytes the QP's responder has taken in so far."""
+    responder = conn.responder.responder
+    return responder.received_bytes if responder else 0
+
+
+def _corrupt(part: FlowPart) -> int:
+    """Bytes of a completed part that differ from what was sent."""
+    got = part.conn.region.buf[:part.size]
+    return 0 if got == part.data else sum(1 for x, y in zip(got, part.data) if x != y)
+
+
+def _qp_described(conn: Connection, size: int) -> dict:
+    """One QP of a flow for the event log. A pinned route's UDP source port
+    is its ECMP entropy (FixedRoute.ev_id)."""
+    route = conn.requester.pinned_route
+    return {'qpn': conn.requester.qpn, 'bytes': size, 'pinned_path': None if route is None
+            else {'plane': route.plane, 'path': route.path, 'sport': route.ev_id}}

@@ -214,6 +214,12 @@ class Scenario:
     capture: CaptureSpec | None = None
     hardware: str | None = None         # a hardware_profile name; None: none
     cc: tuple[tuple[str, str], ...] = ()  # (transport, algorithm) the file chose
+    qps_per_connection: tuple[tuple[str, int], ...] = ()   # (transport, QPs) chosen
+
+    def qps_of(self, transport: str) -> int:
+        """QPs per connection of `transport`: the file's choice, else NCCL's
+        default, 1 (NCCL_IB_QPS_PER_CONNECTION; testbed.workload.endpoint_flows)."""
+        return dict(self.qps_per_connection).get(transport, 1)
 
     def cc_of(self, transport: str) -> str:
         """The congestion control `transport` runs: the file's choice, else

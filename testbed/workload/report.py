@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 COLUMNS = [('fabric', None, None), ('CC', 'congestion_control', '%s'),
+           ('QPs', 'qps_per_connection', '%d'),
            ('goodput Mbit/s', 'goodput_mbps', '%.1f'),
            ('flows done', None, None),
            ('corrupt B', 'bytes_corrupted', '%d'),
@@ -56,9 +57,29 @@ def _verdict(m: dict) -> str:
     if m['bytes_corrupted']:
         return 'CORRUPTED'
     if m['completed']:
-        return 'completed'
-    return 'QP error: ' + ', '.join(m['qp_errors']) if m['qp_errors'] \
-        else 'unfinished at end of run'
+        return 'completed' + _stalls(m)
+    return ('QP error: ' + ', '.join(m['qp_errors']) if m['qp_errors']
+            else 'unfinished at end of run') + _stalls(m)
+
+
+def _stalls(m: dict) -> str:
+    """What a compressed deployed ACK timer stood for (deployed_ack_timer):
+    the hardware wait its completion times leave out."""
+    timer, counters = m.get('deployed_ack_timer'), m.get('transport_counters') or {}
+    if not timer or not counters.get('ack_timer_stalls'):
+        return ''
+    timeouts = counters['ack_timer_hardware_timeouts']
+    text = '; %s ACK-timer stall(s) = %s x %.2f s in hardware (NCCL_IB_TIMEOUT %d), ' \
+        'not in its times' % (_number(counters['ack_timer_stalls']), _number(timeouts),
+                              timer['timeout_s'], timer['nccl_ib_timeout'])
+    if counters.get('ack_timer_stalled_at_end'):
+        text += ', %s still stalled at the end' % _number(counters['ack_timer_stalled_at_end'])
+    return text
+
+
+def _number(value: float) -> str:
+    """A count, which a median over repetitions can make a half."""
+    return '%g' % value
 
 
 def table(summary: dict[str, dict]) -> str:

@@ -84,6 +84,8 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         if run.fabric_mode != 'routed' else []
     return {
         'congestion_control': run.cc or transport_info(run.transport).default_cc,
+        'qps_per_connection': run.qps_per_connection
+        if transport_info(run.transport).family == 'endpoint' else None,
         'bytes_delivered': delivered,
         'bytes_corrupted': sum(f.corrupt_bytes for f in run.flows),
         'flows': len(run.flows),
@@ -114,6 +116,7 @@ def run_metrics(run: TransportRun, candidate_paths: set[str],
         'false_demotions': false_demotions(run, plan) if plan else None,
         'victim': victim_summary(run, reach_mbps),
         'transport_counters': run.transport_counters,
+        'deployed_ack_timer': run.deployed_ack_timer,
         'base_rtt_ms': None if run.base_rtt_s is None
         else round(run.base_rtt_s * 1e3, 2),
         'timescale': run.timescale,

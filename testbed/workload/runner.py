@@ -62,6 +62,7 @@ class TransportRun:
     transport: str
     repetition: int
     cc: str | None = None        # the congestion control it runs (Scenario.cc_of)
+    qps_per_connection: int = 1  # Scenario.qps_of
     # The fabric's base RTT (with the hardware profile's delay, where its
     # transport applies it), and the profile's mapping: time figures in RTTs
     # and hardware us.
@@ -90,6 +91,7 @@ class TransportRun:
     delay_histogram: list[int] = field(default_factory=list)
     delay_target_s: float | None = None
     transport_counters: dict[str, int] = field(default_factory=dict)
+    deployed_ack_timer: dict | None = None   # Driver.deployed_ack_timer
     # The fabric mode it ran on and that fabric's convergence delay (which
     # only the routed mode meets); the controller's port-status and group
     # changes are in `events` (source 'controller').
@@ -131,7 +133,8 @@ class TransportRunner:
         self.sc = scenario
         self.capture_dir = capture_dir
         self.run = TransportRun(transport, repetition,
-                                cc=scenario.cc_of(transport))
+                                cc=scenario.cc_of(transport),
+                                qps_per_connection=scenario.qps_of(transport))
         self.progress = progress
         self.rng = random.Random(scenario.seed + repetition)
         self.t0 = 0.0
@@ -157,7 +160,8 @@ class TransportRunner:
             self.run.plane_bins = {p: [] for p in fab.plan.planes}
             injector = make_injector(fab, self._log)
             driver = info.driver(fab, self.sc.seed, self.run.fabric_mode,
-                                 self.run.cc, self._timescale(fab))
+                                 self.run.cc, self._timescale(fab),
+                                 self.run.qps_per_connection)
             try:
                 with self._capture(fab), endpoint_loop(fab.placement), \
                         waits_watched() as waits, \
@@ -264,6 +268,7 @@ class TransportRunner:
         self.run.delay_histogram, self.run.delay_target_s = \
             driver.queueing_delay()
         self.run.transport_counters = driver.transport_counters()
+        self.run.deployed_ack_timer = driver.deployed_ack_timer()
         self.run.events += [dict(e, t=round(e['time'] - self.t0, 6))
                             for e in driver.ev_events()]
         self.run.events += [dict(e, t=round(e['monotonic'] - self.t0, 6),

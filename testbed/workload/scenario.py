@@ -34,7 +34,10 @@ from testbed.workload.workloads import check_shares_last_hop
 REQUIRED_KEYS = ('name', 'topology', 'link_rate_mbit', 'transports',
                  'workload', 'duration_s')
 OPTIONAL_KEYS = ('description', 'cc', 'faults', 'seed', 'repetitions', 'quick',
-                 'capture', 'hardware', 'fabric_modes', 'convergence_delay_s')
+                 'capture', 'hardware', 'fabric_modes', 'convergence_delay_s',
+                 'qps_per_connection')
+# NCCL's bound on QPs per connection (NCCL_IB_MAX_QPS in its IB transport).
+MAX_QPS_PER_CONNECTION = 128
 TOP_LEVEL_KEYS = REQUIRED_KEYS + OPTIONAL_KEYS
 NOT_IN_QUICK = ('name', 'transports', 'topology', 'cc', 'quick')
 NAME_PATTERN = re.compile(r'[a-z0-9_-]{1,64}')
@@ -131,6 +134,7 @@ def _scenario(data: Any, base_dir: Path, source: str,
                                above=0),
         transports=_transports(data['transports']),
         cc=_cc(data.get('cc', {})),
+        qps_per_connection=_qps_per_connection(data.get('qps_per_connection', {})),
         fabric_modes=_fabric_modes(data.get('fabric_modes', {}),
                                    _transports(data['transports'])),
         convergence_delay_s=None if data.get('convergence_delay_s') is None
@@ -232,6 +236,25 @@ def _cc(value: Any) -> tuple[tuple[str, str], ...]:
                                 transport_info(name).congestion_controls,
                                 'congestion control'))
                  for name, algorithm in sorted(choices.items()))
+
+
+def _qps_per_connection(value: Any) -> tuple[tuple[str, int], ...]:
+    """transport -> QPs per connection, for transports that split a flow
+    over several (TransportInfo.splits_over_qps: rc, ecmp)."""
+    chosen = _mapping(value, 'qps_per_connection', (), TRANSPORT_NAMES,
+                      what='a mapping of transport to QPs per connection')
+    out = []
+    for name, count in sorted(chosen.items()):
+        where = 'qps_per_connection.%s' % name
+        if not transport_info(name).splits_over_qps:
+            raise _Invalid(where, '%s keeps one QP per connection (only rc and '
+                           'ecmp split a flow over several)' % name)
+        count = _integer(count, where, least=1)
+        if count > MAX_QPS_PER_CONNECTION:
+            raise _Invalid(where, 'at most %d (NCCL\'s limit), got %d'
+                           % (MAX_QPS_PER_CONNECTION, count))
+        out.append((name, count))
+    return tuple(out)
 
 
 def _fabric_modes(value: Any, transports: tuple[str, ...]

@@ -21,7 +21,8 @@ from typing import Any
 from testbed.fabric.faults.catalogue import FAULT_KINDS, FaultKind, Param
 from testbed.fabric.topo_spec import TOPOLOGIES
 from testbed.nic.hardware_profile import HARDWARE_PROFILES
-from testbed.workload.scenario import (MIN_SNAPLEN, NAME_PATTERN, NOT_IN_QUICK,
+from testbed.workload.scenario import (MAX_QPS_PER_CONNECTION, MIN_SNAPLEN,
+                                       NAME_PATTERN, NOT_IN_QUICK,
                                        REQUIRED_KEYS, TOP_LEVEL_KEYS,
                                        WORKLOAD_PARAMS)
 from testbed.workload.transports import TRANSPORTS
@@ -54,6 +55,13 @@ KEY_SCHEMAS: dict[str, dict] = {
                           for t in TRANSPORTS.values()},
            'description': 'the congestion control of each transport (default: '
            'mrc NSCC, rc and ecmp dcqcn, tcp and mptcp cubic)'},
+    'qps_per_connection': {
+        'type': 'object', 'additionalProperties': False,
+        'properties': {t.name: {'type': 'integer', 'minimum': 1,
+                                'maximum': MAX_QPS_PER_CONNECTION}
+                       for t in TRANSPORTS.values() if t.splits_over_qps},
+        'description': 'QPs per connection of rc and ecmp, each flow split over '
+        'them (NCCL_IB_QPS_PER_CONNECTION; default 1, as NCCL ships)'},
     'fabric_modes': {'type': 'object',
                      'properties': {t.name: {'enum': list(t.fabrics)}
                                     for t in TRANSPORTS.values()},

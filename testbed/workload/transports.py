@@ -63,6 +63,10 @@ class Driver(Protocol):
     def transport_counters(self) -> dict[str, int]:
         """The transport's own counters over the run, summed over its
         connections (packet timeouts, NACKs, ...); {} where it has none."""
+
+    def deployed_ack_timer(self) -> dict | None:
+        """The deployed ACK timer its QPs' timer stands for, compressed
+        (testbed.nic.deployed_ack_timer); None where they run their own."""
     def close(self) -> None: ...
 
 
@@ -95,19 +99,31 @@ class TransportInfo:
         (DEFAULT_CC), and CUBIC, as Linux ships, for the kernel's."""
         return DEFAULT_CC[self.name] if self.family == 'endpoint' else DEFAULT_KERNEL_CC
 
+    @property
+    def splits_over_qps(self) -> bool:
+        """Whether a connection may keep several QPs, each flow split over
+        them (NCCL_IB_QPS_PER_CONNECTION): our pinned QPs, RC and ECMP; an
+        MRC QP spreads itself, and the kernel's connections are its own."""
+        return self.family == 'endpoint' and self.pinned
+
     def driver(self, fab: Any, seed: int, fabric_mode: FabricMode | None = None,
-               cc: str | None = None, timescale: Any = None) -> Driver:
+               cc: str | None = None, timescale: Any = None,
+               qps_per_connection: int = 1) -> Driver:
         """`fabric_mode`: None for the transport's default. `cc`: the
         congestion control it runs (None: its default). `timescale`:
         the hardware profile's EmulatedTime, which only our endpoints can
         apply (their delay stage; the kernel's would need netem on the
-        links)."""
+        links). `qps_per_connection`: more than 1 only where
+        `splits_over_qps`."""
+        if qps_per_connection != 1 and not self.splits_over_qps:
+            raise ValueError('%s keeps one QP per connection' % self.name)
         module, name = self.driver_class.split(':')
         make = getattr(importlib.import_module(module), name)
         mode = fabric_mode or self.fabric
         cc = cc or self.default_cc
         if self.family == 'endpoint':
-            return make(fab, self.name, seed, mode, cc=cc, timescale=timescale)
+            return make(fab, self.name, seed, mode, cc=cc, timescale=timescale,
+                        qps_per_connection=qps_per_connection)
         return make(fab, self.name, seed, mode, cc=cc)
 
 

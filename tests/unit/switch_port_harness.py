@@ -57,6 +57,12 @@ def mrc_frame(mrc: bytes, *, outer_tc: int = ECT0, inner_tc: int | None = None,
     return encapsulate(inner, outer_tc=outer_tc, with_srh=with_srh)
 
 
+def routed_frame(mrc: bytes, *, tc: int = ECT0, ev: int = 0x12345678) -> bytes:
+    """What an endpoint sends on the routed fabric: its IPv6 + UDP + MRC bytes as they are,
+    no outer header (testbed/nic/socket_runtime.py)."""
+    return ethernet(wire.build_inner(INNER_SRC, INNER_DST, ev, mrc, traffic_class=tc))
+
+
 def data_packet(opcode: wire.Opcode = wire.Opcode.WRITE_ONLY, payload_len: int = 1000, *,
                 timestamp: bool = False, trim: wire.Trim = wire.Trim.NONE) -> bytes:
     only = opcode in wire.ONLY_OPCODES

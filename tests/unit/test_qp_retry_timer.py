@@ -87,3 +87,24 @@ def test_blackholed_rc_packet_retries_follow_the_schedule() -> None:
     assert wc.time == pytest.approx(time_to_error(base, retry))
     assert pair.qa.error == (WcStatus.RETRY_EXC_ERR, "retry counter exceeded")
     assert pair.qa.counters.retry_timeouts == retry.budget
+
+
+def test_a_give_up_time_keeps_the_interval_fixed_and_replaces_the_count() -> None:
+    """A deployed timer compressed (deployed_ack_timer): an expiry every T however many,
+    the error once give_up_s has passed without progress."""
+    timer = RetryTimer(1.0, RetryConfig.verbs(), give_up_s=20.0)
+    timer.arm_if_idle(0.0)
+    for k in range(1, 20):                  # 19 expiries, far past retry_cnt 7
+        assert timer.expire(float(k)) and timer.deadline == k + 1.0
+    assert not timer.expire(20.0) and timer.deadline is None
+
+
+def test_stalls_run_from_the_last_progress_to_the_next() -> None:
+    timer = RetryTimer(1.0, RetryConfig.verbs(), give_up_s=100.0)
+    timer.arm_if_idle(0.0)
+    timer.on_progress(0.5, outstanding=True)            # no expiry yet: no stall
+    assert timer.expire(1.5) and timer.expire(2.5)      # one stall, two expiries
+    timer.on_progress(3.0, outstanding=True)
+    assert timer.ended_stalls == [(0.5, 2.5)] and not timer.stalled
+    assert timer.expire(4.0)
+    assert timer.stalls(now=6.0) == [(0.5, 2.5), (3.0, 3.0)]   # the second still running

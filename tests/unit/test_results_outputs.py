@@ -2,6 +2,7 @@
 import csv
 import json
 
+from testbed.nic.deployed_ack_timer import DEPLOYED_RC
 from testbed.workload import plots
 from testbed.workload.report import markdown, table
 from testbed.workload.results import (aggregate, new_results_dir, run_metrics,
@@ -140,3 +141,20 @@ def test_the_report_says_which_switch_ports_ran_and_where():
         '- mrc: afxdp switch ports (afxdp=1); waits for a CPU of 0.28 ms or more (the '
         "gate's): endpoint loop 1.1 %, ovs-vswitchd 1.5 % of the run (the longest under 4 "
         'and 8 ms)')
+
+
+def test_a_compressed_ack_timer_says_what_its_stalls_stood_for():
+    """RC's deployed ACK timer (testbed/nic/deployed_ack_timer.py): its row
+    says the hardware wait its emulated times leave out, and its QPs."""
+    run = synthetic('rc')
+    run.qps_per_connection = 16
+    run.deployed_ack_timer = DEPLOYED_RC.describe(12.0)
+    run.transport_counters = {'ack_timer_stalls': 3, 'ack_timer_stalled_qps': 2,
+                              'ack_timer_hardware_timeouts': 2, 'ack_timer_stalled_at_end': 0}
+    metrics = run_metrics(run, set(), (1, 2))
+    assert metrics['qps_per_connection'] == 16
+    text = table({'rc': {**metrics, 'trusted': True}})
+    assert 'completed; 3 ACK-timer stall(s) = 2 x 4.29 s in hardware ' \
+        '(NCCL_IB_TIMEOUT 20), not in its times' in text
+    assert ' 16 ' in text
+    assert run_metrics(synthetic('tcp'), set(), (1, 2))['qps_per_connection'] is None

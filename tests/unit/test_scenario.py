@@ -187,6 +187,24 @@ def test_congestion_control_chosen_per_transport():
         'none', 'dcqcn', 'dcqcn', 'bbr', 'cubic')
 
 
+def test_qps_per_connection_is_nccls_one_unless_chosen():
+    scenario = parse_scenario(base(qps_per_connection={'rc': 16}), ROOT)
+    assert [scenario.qps_of(t) for t in ('mrc', 'rc', 'ecmp', 'tcp')] == [1, 16, 1, 1]
+
+
+def test_refuses_qps_per_connection_where_a_flow_is_not_split():
+    refused(base(qps_per_connection={'mrc': 2}), field='qps_per_connection.mrc',
+            words='mrc keeps one QP per connection')
+    refused(base(qps_per_connection={'tcp': 2}), field='qps_per_connection.tcp',
+            words='tcp keeps one QP per connection')
+    refused(base(qps_per_connection={'rc': 0}), field='qps_per_connection.rc',
+            words='must be >= 1')
+    refused(base(qps_per_connection={'ecmp': 129}), field='qps_per_connection.ecmp',
+            words=r'at most 128')
+    refused(base(qps_per_connection={'rc': 2.5}), field='qps_per_connection.rc',
+            words='expected a whole number')
+
+
 def test_refuses_unknown_congestion_control_with_the_registered_ones():
     refused(base(cc={'rc': 'cubic'}), field='cc.rc',
             words=r"unknown congestion control 'cubic' \(one of: dcqcn, dcqcn-nic, none, uet-1.0-nscc\)")

@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from testbed.fabric.signals import SignalSettings
+from testbed.nic.deployed_ack_timer import DEPLOYED_RC
 from testbed.workload.emulation_health import HealthSample, health_between
 from testbed.workload.results import aggregate, run_metrics
 from testbed.workload.run_scenario import (SUMMARY_SCHEMA_VERSION,
@@ -52,7 +53,10 @@ def every_part(transport: str, delivered: int) -> TransportRun:
     run.port_planes = {'p1c0-eth1': 1}
     run.delay_histogram = [5, 3, 2, 0, 1]
     run.delay_target_s = 0.004
-    run.transport_counters = {'packet_timeouts': 3, 'nacks': 1}
+    run.transport_counters = {'packet_timeouts': 3, 'nacks': 1, 'ack_timer_stalls': 1,
+                              'ack_timer_stalled_qps': 1, 'ack_timer_hardware_timeouts': 1,
+                              'ack_timer_stalled_at_end': 0}
+    run.deployed_ack_timer = DEPLOYED_RC.describe(12.0)
     return run
 
 
@@ -97,6 +101,7 @@ def test_a_summary_with_every_part_and_with_none_validates():
     assert mrc['signals'] and mrc['queueing_delay'] and mrc['victim']
     assert mrc['bytes_delivered'] == 1499.5     # 1000 + 500, 999 + 500
     assert rc['signals'] is None and rc['victim'] is None
+    assert mrc['deployed_ack_timer']['timeout_s'] == 4.295 and rc['deployed_ack_timer'] is None
     assert [e.message for e in validator().iter_errors(doc)] == []
 
 
@@ -109,9 +114,10 @@ def test_a_summary_with_every_part_and_with_none_validates():
     lambda d: d['transports']['mrc']['recovery'][0].pop('recovery_s'),
     lambda d: d['transports']['mrc']['signals'].update(extra=0),
     lambda d: d['transports']['rc'].update(victim={'mbps': 1}),
+    lambda d: d['transports']['mrc']['deployed_ack_timer'].pop('budget_s'),
 ], ids=['version', 'missing top-level', 'undocumented field',
         'missing metric', 'wrong type', 'recovery without time',
-        'signals extra', 'victim incomplete'])
+        'signals extra', 'victim incomplete', 'deployed timer incomplete'])
 def test_the_schema_refuses_what_the_writer_does_not_write(change):
     doc = document()
     change(doc)

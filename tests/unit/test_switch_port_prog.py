@@ -27,7 +27,8 @@ from testbed.fabric import switch_port as sp
 from testbed.nic import wire
 from tests.unit.switch_port_harness import (
     CE, ECT0, ECT1, ETH_HLEN, ETH_P_IP, NOT_ECT, control_packets, data_packet, ecn, ethernet,
-    expected_trim, inner_offset, machine, mrc_frame, run_program, traffic_class)
+    expected_trim, inner_offset, machine, mrc_frame, routed_frame, run_program,
+    traffic_class)
 
 if os.geteuid() != 0:
     pytest.skip('BPF_PROG_TEST_RUN and pinning need root', allow_module_level=True)
@@ -308,6 +309,25 @@ def test_control_packets_get_the_control_priority(port, kind):
     result = run(port, frame, backlog=0)
     assert (result.frame, result.priority) == (frame, sp.CONTROL_PRIORITY)
     assert port.counters(PORT)['prioritized'] == 1
+
+
+@pytest.mark.parametrize('kind', sorted(control_packets()))
+def test_routed_control_packets_get_the_control_priority(port, kind):
+    """The routed fabric's ACKs, NAKs and CNPs ride the control class, as RoCE fabrics
+    give them a strict-priority class."""
+    frame = routed_frame(control_packets()[kind])
+    result = run(port, frame, backlog=0)
+    assert (result.frame, result.priority) == (frame, sp.CONTROL_PRIORITY)
+
+
+def test_routed_data_marked_never_trimmed(port):
+    """Routed data over both thresholds: CE on its only header, whole, in the data class."""
+    frame = routed_frame(data_packet(payload_len=1000))
+    result = run(port, frame, backlog=TRIM + 1)
+    assert only_ecn_changed(frame, result.frame, ETH_HLEN)
+    assert ecn(result.frame, ETH_HLEN) == CE
+    assert result.priority == 0
+    assert port.counters(PORT)['trimmed'] == 0
 
 
 def test_control_over_thresholds_marked_never_trimmed(port):
