@@ -98,8 +98,13 @@ GATE_WINDOW_LAG_S = 0.1
 # scenarios sit at 40-60 % of the gate's limits on a quiet machine of this
 # kind, and a slower or busier one reads some runs past them (the endpoint
 # loop's wait for a CPU, the datapath's unread backlog). An untrusted result
-# never counts; this many untrusted in a row fail the test.
-UNTRUSTED_TRIES = 3
+# never counts; this many untrusted in a row fail the test. Three were not
+# enough on a fresh machine of this kind on Dec 7: MRC's runs of
+# core_switch_failure came out untrusted three times in a row in two suites
+# (endpoint loop's CPU waits 10-12 %, unread backlog 19-24 ms), and so did
+# permutation_ecmp_vs_mrc's once (10-14 %), every other transport trusted;
+# a retry costs one transport's run on the shared fabric, under a minute.
+UNTRUSTED_TRIES = 5
 
 
 @dataclass
@@ -318,7 +323,8 @@ def assert_mrc_rides_through(sc, fabric, run, recovery=True):
                          and e['state'] == 'down' and e['t'] >= fault['t']]
                 assert heard, 'no peer of %s heard its port' % fault['host']
                 for e in heard:
-                    assert e['t'] - fault['t'] < fabric.timeout / 2, (e, fault)
+                    assert e['t'] - fault['t'] - fault['apply_s'] < \
+                        fabric.timeout / 2, (e, fault)
             continue     # every end is told: no timer has to find the port
         dead = _faulty([fault])
         found = []
