@@ -46,6 +46,7 @@ from testbed.nic.memory import MemoryRegion
 from testbed.nic.outgoing import Outgoing
 from testbed.nic.qp import QueuePair
 from testbed.nic.socket_runtime import AddressBook, Nic, SocketRuntime
+from testbed.workload.transports import transport as transport_info
 
 DATA_OPCODES = range(0x06, 0x0C)
 REQUESTER_COUNTERS = ('packets_sent', 'retransmitted_packets', 'packet_timeouts',
@@ -120,9 +121,10 @@ class EndpointFlows:
         stage and base RTT), None for the fabric's own RTT;
         `qps_per_connection`: QPs per pair, each flow split over them
         (pinned transports only: an MRC QP spreads itself)."""
-        if qps_per_connection < 1 or (qps_per_connection > 1 and transport == 'mrc'):
-            raise ValueError('qps_per_connection must be 1 for mrc and >= 1 for a '
-                             'pinned transport, got %r' % (qps_per_connection,))
+        if qps_per_connection < 1 or (qps_per_connection > 1 and
+                                      not transport_info(transport).splits_over_qps):
+            raise ValueError('qps_per_connection must be 1 for %s, >= 1 for a pinned '
+                             'transport, got %r' % (transport, qps_per_connection))
         self.fab = fab
         self.transport = transport
         self.qps_per_connection = qps_per_connection
