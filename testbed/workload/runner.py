@@ -227,12 +227,12 @@ class TransportRunner:
         records = self._records(phases)
         driver.prepare([(r.src, r.dst, r.size) for r in records])
         switches = self._switch_counters(fab)
+        unread.start()                  # waits for its first sample: before t0
         self.t0 = time.monotonic()
         needs_gray = any(f.kind == 'gray_failure' for f in self.sc.faults)
         missing = list(fab.missing_features) + (
             list(injector.missing_features) if needs_gray else [])
         host_pids = {h: fab.host_pid(h) for h in fab.plan.hosts}
-        unread.start()
         health0 = HealthSample.now(host_pids, waits)
         faults = list(self.sc.timeline())
         phase, next_bin = 0, BIN_S

@@ -33,6 +33,11 @@ from testbed.fabric.vswitchd_sockets import (packet_sockets, socket_fds, vswitch
 SAMPLE_S = 0.02               # a /proc/net/packet read costs ~0.2 ms
 XSK = '--xsk'                 # the sampler's argument for AF_XDP rings
 STOP_TIMEOUT_S = 2.0
+# The sampler's start-up (an interpreter, its imports, and for AF_XDP a copy
+# of every ring's descriptor mapped): ~0.25 s on an idle 2-core machine, past
+# 1.5 s beside a flat-out sender. start() waits for it, at most this long.
+READY_TIMEOUT_S = 10.0
+READY = 'ready'
 
 
 def frame_truesize(mtu: int) -> int:
@@ -83,8 +88,9 @@ class BacklogReading:
 def sample_until_stdin_closes(read: Callable[[], int]) -> tuple[int, int]:
     """(what `read` returned, summed over the samples; samples), sampled
     every SAMPLE_S until a line or end of file on stdin (the runner is done,
-    or gone)."""
+    or gone); READY on stdout first, once `read` exists."""
     total = samples = 0
+    print(READY, flush=True)
     while True:
         total += read()
         samples += 1
@@ -119,7 +125,10 @@ class UnreadSampler:
 
     def start(self) -> None:
         """Samples the packet sockets of `system` ports, or where there are
-        none (`afxdp` ports) the AF_XDP sockets' receive rings."""
+        none (`afxdp` ports) the AF_XDP sockets' receive rings; returns once
+        the first sample is taken (or the process failed or is late, which
+        stop() then reads as not measured), so that what the caller does next
+        falls inside the sampled window."""
         sockets = datapath_sockets()
         # A ring holds frames, a socket buffer bytes charged per frame.
         self.frame_bytes = frame_truesize(self.mtu) if sockets else 1
@@ -127,6 +136,9 @@ class UnreadSampler:
             [sys.executable, '-m', 'testbed.workload.unread_backlog',
              *(sorted(sockets) or [XSK])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready, _, _ = select.select([self.process.stdout], [], [], READY_TIMEOUT_S)
+        if ready:
+            self.process.stdout.readline()
 
     def stop(self) -> BacklogReading | None:
         """What was sampled; None if nothing could be (no process, or it
@@ -137,10 +149,13 @@ class UnreadSampler:
             out, _ = self.process.communicate('stop\n', timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return None
-        fields = [int(x) for x in out.split()]
-        if self.process.returncode or len(fields) != 2:
+        words = out.split()
+        if words[:1] == [READY]:               # start() stopped waiting for it
+            words = words[1:]
+        if self.process.returncode or len(words) != 2 or not all(
+                w.isdigit() for w in words):
             return None
-        total, samples = fields
+        total, samples = (int(w) for w in words)
         return BacklogReading(total, samples, self.frame_bytes)
 
     def close(self) -> None:

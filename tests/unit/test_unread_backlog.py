@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from testbed.workload.unread_backlog import BacklogReading, frame_truesize
+from testbed.workload.unread_backlog import (READY, STOP_TIMEOUT_S, BacklogReading,
+                                            frame_truesize)
 
 
 TRUESIZE_PROBE = r'''
@@ -53,3 +54,21 @@ def test_the_wait_is_frames_waiting_over_frames_read():
         pytest.approx(0.002)
     assert BacklogReading(0, 0, frame).wait_per_port_s(25_000) is None
     assert BacklogReading(0, 4, frame).wait_per_port_s(0) is None
+
+
+def test_the_sampler_says_it_is_ready_before_its_first_sample():
+    """The sampling process's protocol (UnreadSampler.start waits for READY,
+    so that a short window is sampled from its start): READY, then on a line
+    on stdin the sum and count of its samples. Here it samples a packet
+    socket that does not exist: 0 bytes, at least one sample."""
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'testbed.workload.unread_backlog', '999999999'],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == READY
+        out, _ = proc.communicate('stop\n', timeout=STOP_TIMEOUT_S * 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    total, samples = (int(w) for w in out.split())
+    assert proc.returncode == 0 and total == 0 and samples >= 1, out
