@@ -227,7 +227,7 @@ class TransportRunner:
         records = self._records(phases)
         driver.prepare([(r.src, r.dst, r.size) for r in records])
         switches = self._switch_counters(fab)
-        unread.start()                  # waits for its first sample: before t0
+        unread.start()                  # returns as it samples: before t0
         self.t0 = time.monotonic()
         needs_gray = any(f.kind == 'gray_failure' for f in self.sc.faults)
         missing = list(fab.missing_features) + (

@@ -125,10 +125,10 @@ class UnreadSampler:
 
     def start(self) -> None:
         """Samples the packet sockets of `system` ports, or where there are
-        none (`afxdp` ports) the AF_XDP sockets' receive rings; returns once
-        the first sample is taken (or the process failed or is late, which
-        stop() then reads as not measured), so that what the caller does next
-        falls inside the sampled window."""
+        none (`afxdp` ports) the AF_XDP sockets' receive rings; returns as
+        the process takes its first sample (or once it failed or is late,
+        which stop() then reads as not measured), so that what the caller
+        does next falls inside the sampled window."""
         sockets = datapath_sockets()
         # A ring holds frames, a socket buffer bytes charged per frame.
         self.frame_bytes = frame_truesize(self.mtu) if sockets else 1
