@@ -10,6 +10,7 @@ reported as such, never as a number.
 """
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -204,12 +205,39 @@ def side_by_side(trials: Sequence[Trial], key: str, of: str = 'mrc') -> str:
     return ', '.join(parts) or 'no trusted pair'
 
 
+_NUMBER = re.compile(r'\d+(?:\.\d+)?')    # a figure in a health reason
+_FIGURE = '\0'                              # where one was, in a kind of reason
+
+
 def rejected_note(trials: Sequence[Trial]) -> str:
+    """How many trials were rejected and why, each reason once with the
+    range of its figures over the trials that gave it (a run that rejected
+    half of its trials listed 26 reasons that differed only in a number)."""
     bad = [t for t in trials if not t.trusted]
     if not bad:
         return 'Every trial ran on an emulator that kept up'
+    kinds: dict[str, list[list[str]]] = {}
+    for trial in bad:
+        for reason in trial.health.get('reasons') or ['untrusted']:
+            kinds.setdefault(_NUMBER.sub(_FIGURE, reason), []).append(
+                _NUMBER.findall(reason))
+    by_count = sorted(kinds.items(), key=lambda kind: (-len(kind[1]), kind[0]))
     return '%d of %d trials rejected as saturated (%s)' % (
-        len(bad), len(trials), '; '.join(sorted({t.rejected or '' for t in bad})))
+        len(bad), len(trials), '; '.join(
+            'in %d: %s' % (len(figures), _with_ranges(kind, figures))
+            for kind, figures in by_count))
+
+
+def _with_ranges(kind: str, figures: Sequence[Sequence[str]]) -> str:
+    """`kind` with each of its figures put back: the one all gave there, or
+    the range of them (min-max)."""
+    parts = kind.split(_FIGURE)
+    out = [parts[0]]
+    for i, rest in enumerate(parts[1:]):
+        seen = sorted({f[i] for f in figures}, key=float)
+        out.append(seen[0] if len(seen) == 1 else '%s–%s' % (seen[0], seen[-1]))
+        out.append(rest)
+    return ''.join(out)
 
 
 def retried_note(trials: Sequence[Trial]) -> str:

@@ -9,7 +9,7 @@ import pytest
 from testbed.bench.cli import parse_args, sections
 from testbed.bench.sections import SECTIONS
 from testbed.bench.harness import (SectionResult, Spread, Trial, md_table,
-                                   side_by_side, spread)
+                                   rejected_note, side_by_side, spread)
 from testbed.bench.report import anchor, code_line, code_versions
 from testbed.workload.metrics import recovery_time
 from testbed.workload.runner import TransportRun
@@ -41,6 +41,23 @@ def test_side_by_side_pairs_the_same_repetition() -> None:
               trial('rc', 0, False, f=0.1)]
     text = side_by_side(trials, 'f')
     assert text == 'MRC / ECMP = 1.50× (1.00–2.00)'     # rc untrusted: no pair
+
+
+UNREAD = ("packets waited %s ms a round trip unread in the datapath's sockets "
+          "(a queue the fabric does not model; limit 10.0 ms)")
+CPU_WAIT = 'endpoint loop waited %d%% of the run for a CPU in waits of 0.35 ms or more'
+
+
+def test_rejected_trials_are_counted_by_reason_with_the_range_of_its_figures() -> None:
+    def rejected(*reasons: str) -> Trial:
+        run = TransportRun('mrc', 0, health={'trusted': False, 'reasons': list(reasons)})
+        return Trial('mrc', 'c', 0, run, 3)
+    trials = [rejected(UNREAD % '37.2'), rejected(UNREAD % '11.4', CPU_WAIT % 10),
+              rejected(UNREAD % '19.1'), rejected(CPU_WAIT % 12), trial('mrc', 1)]
+    assert rejected_note(trials) == (
+        '4 of 5 trials rejected as saturated (in 3: %s; in 2: %s)'
+        % (UNREAD % '11.4–37.2', CPU_WAIT.replace('%d%%', '10–12%')))
+    assert rejected_note([trial('mrc', 0)]) == 'Every trial ran on an emulator that kept up'
 
 
 def test_section_list_is_checked() -> None:
