@@ -432,11 +432,16 @@ def assert_rc_stalls_as_deployed(run, outage_s, hit=None):
     s = run.summary
     timer, counters = s['deployed_ack_timer'], s['transport_counters']
     assert timer['nccl_ib_timeout'] == 20 and timer['retry_cnt'] == 7
-    assert timer['emulated_timeout_s'] > s['elapsed_s'] > outage_s
+    assert timer['emulated_timeout_s'] > s['elapsed_s']
     stalls = counters['ack_timer_stalls']
     assert (stalls > 0) == (counters['retry_timeouts'] > 0), counters
     if hit:
         assert stalls > 0, counters
+    if stalls:
+        # A stalled QP resumes only once the fault is repaired. With none
+        # stalled (no QP hashed across it), RC may be done before that: a
+        # CI run finished at 3.9 s of a 4 s outage.
+        assert s['elapsed_s'] > outage_s, s['elapsed_s']
     assert counters['ack_timer_hardware_timeouts'] == counters['ack_timer_stalled_qps']
     assert counters['ack_timer_stalled_at_end'] == 0
 
