@@ -15,8 +15,11 @@ ROUNDS = 7           # own and held RTTs, measured in turns
 PER_ROUND = 5        # one-packet writes a measurement takes the median of
 
 
-@pytest.mark.parametrize('mtu', [1500, PAPER_FABRIC.mtu])
-def test_the_delay_stage_gives_the_profile_s_base_rtt(fabric_factory, mtu):
+# Whether the held RTT is bounded above too: where the stage is most of the
+# profile's RTT (4 KB packets: 2 x ~50 ms against the fabric's 13-38 ms),
+# not with 1,500-byte frames (below).
+@pytest.mark.parametrize('mtu,bounded_above', [(1500, False), (PAPER_FABRIC.mtu, True)])
+def test_the_delay_stage_gives_the_profile_s_base_rtt(fabric_factory, mtu, bounded_above):
     fab = fabric_factory('%s,mtu=%d' % (SPEC, mtu))
     own = measure_base_rtt(fab)
     timescale = fabric_time(PAPER_FABRIC, fab.link_rate_bps, own, fab.mtu)
@@ -46,12 +49,12 @@ def test_the_delay_stage_gives_the_profile_s_base_rtt(fabric_factory, mtu):
     # held still. Never under: the stage releases no packet early.
     assert held >= 0.9 * (own_now + added), (owns, helds)
     # Not over, where the stage dominates. With 1,500-byte frames (a stage
-    # of 2 x 15 ms, under twice the fabric's own RTT) the own RTT measured
+    # of 2 x ~15 ms, about twice the fabric's own RTT) the own RTT measured
     # back to back is not the one of the held writes: traced write by write
     # on Dec 7, the stage released each packet 0.4-1.3 ms after rx_delay,
     # but the fabric's own one-way crossings took 11-12 ms between 15 ms
     # holds against 6-9 ms back to back (system ports: an idle machine wakes
     # ovs-vswitchd later), and held came out 9-11.5 % over in three runs.
     # Open until own RTTs are measured with the stage's idle gaps.
-    if added > 2 * own_now:
+    if bounded_above:
         assert held <= 1.1 * (own_now + added), (owns, helds)
