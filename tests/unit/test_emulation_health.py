@@ -28,9 +28,16 @@ def spin(seconds: float) -> None:
         pass
 
 
+def run_and_wait_ns() -> tuple[int, int]:
+    """How long this (main) thread has run on a CPU and waited, runnable, for one."""
+    with open('/proc/self/task/%d/schedstat' % os.getpid()) as f:
+        ran, waited = f.read().split()[:2]
+    return int(ran), int(waited)
+
+
 def waited_while_spinning(competitor: bool) -> float:
-    """Share of SPIN_S this process waited for its one CPU, spinning beside a busy loop
-    pinned to the same CPU (or alone)."""
+    """How long this thread waited for its one CPU per unit of time it ran, spinning
+    SPIN_S beside a busy loop pinned to the same CPU (or alone)."""
     cpu = min(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpu})
@@ -40,9 +47,10 @@ def waited_while_spinning(competitor: bool) -> float:
             hog = subprocess.Popen([sys.executable, '-c', 'import os; os.sched_setaffinity('
                                     '0, {%d})\nwhile True: pass' % cpu])
             time.sleep(0.2)                  # it runs before the measurement starts
-        start = _run_queue_wait_ns('self')
+        ran, waited = run_and_wait_ns()
         spin(SPIN_S)
-        return (_run_queue_wait_ns('self') - start) / 1e9 / SPIN_S
+        ran_now, waited_now = run_and_wait_ns()
+        return (waited_now - waited) / max(ran_now - ran, 1)
     finally:
         if hog is not None:
             hog.kill()
@@ -53,13 +61,15 @@ def waited_while_spinning(competitor: bool) -> float:
 def test_a_process_sharing_the_cpu_shows_as_wait():
     if not os.path.exists('/proc/self/task/%d/schedstat' % os.getpid()):
         pytest.skip('kernel without scheduler statistics')
-    # Two busy loops on one CPU get about half each (CFS): this one waits about as long
-    # as it runs. Alone it waits only for what else the machine runs on that CPU, so
-    # the competitor shows as at least a third of the time more (not a fixed floor: the
-    # machine may be shared).
+    # CFS shares a CPU equally among the tasks runnable on it: with n others always
+    # runnable, this loop waits n ms for each ms it runs. The busy loop is one more, so
+    # it adds about 1 ms of wait per ms run to whatever the machine's other work on
+    # that CPU adds alone (on a shared CI machine that waited 36 % of the wall clock
+    # alone, and the wall-clock difference with the busy loop came to only 27 %): half
+    # of that 1 ms is the bound.
     shared = waited_while_spinning(competitor=True)
     alone = waited_while_spinning(competitor=False)
-    assert shared > 0.3 and shared - alone > 0.3
+    assert shared - alone > 0.5
 
 
 def test_ovs_forwarding_wait_is_its_pmd_threads_where_it_has_them():
@@ -73,9 +83,10 @@ def test_ovs_forwarding_wait_is_its_pmd_threads_where_it_has_them():
 
     def forwarding_wait_while_spinning() -> float:
         """Share of SPIN_S the forwarding threads waited while the main thread waited
-        about half of it (as in the test above)."""
+        at least half as long as it ran (as in the test above), so at least a third of
+        SPIN_S."""
         before = _vswitchd_forwarding_wait_ns(pid)
-        assert waited_while_spinning(competitor=True) > 0.3
+        assert waited_while_spinning(competitor=True) > 0.5
         return (_vswitchd_forwarding_wait_ns(pid) - before) / 1e9 / SPIN_S
 
     assert threads(pid, PMD_THREADS) == []
