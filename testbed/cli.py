@@ -105,6 +105,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument('--quick', action='store_true',
                      help="the scenario's short form (its quick: section)")
     run.set_defaults(func=cmd_run)
+    cross = sub.add_parser('crosscheck', help="run a scenario's one-plane form here "
+                           'and in htsim, and print the figures side by side')
+    cross.add_argument('scenario', metavar='SCENARIO', help='scenario YAML (no faults)')
+    cross.add_argument('--htsim', required=True, metavar='PATH',
+                       help="UEC's htsim_uec binary (built from github.com/"
+                       'ultraethernet/uet-htsim)')
+    cross.add_argument('--gbps', type=float, default=None,
+                       help="htsim's link speed (default: the speed that gives its "
+                       'BDP as many packets as ours)')
+    cross.add_argument('--out', default='results', metavar='DIR',
+                       help='results root (default: %(default)s)')
+    cross.add_argument('--quick', action='store_true',
+                       help="the scenario's short form (its quick: section)")
+    cross.set_defaults(func=cmd_crosscheck)
     check = sub.add_parser('check', help='validate a scenario file as run '
                            'does, and nothing else (no root, no fabric)')
     check.add_argument('scenario', metavar='SCENARIO')
@@ -312,6 +326,39 @@ def cmd_run(args: argparse.Namespace) -> int:
           'events.jsonl, plots)' % out)
     trusted = all(m['trusted'] for m in summary.values())
     return EXIT_OK if trusted else EXIT_FAILED
+
+
+def cmd_crosscheck(args: argparse.Namespace) -> int:
+    from testbed.reference import crosscheck
+    from testbed.reference.htsim import HELP, HtsimError
+    scenario = _load_scenario(args.scenario)
+    if args.quick:
+        scenario = scenario.quick_version()
+    binary = Path(args.htsim)
+    if not binary.is_file():
+        return _usage_error('%s: no such file. %s' % (binary, HELP))
+    try:
+        sc = crosscheck.one_plane(scenario)
+        crosscheck.htsim.tiers_of(sc.topo_spec)
+    except (ValueError, HtsimError) as err:
+        return _usage_error('%s: %s' % (args.scenario, err))
+    if (code := _need_root('crosscheck')) is not None:
+        return code
+    from testbed.workload.run_scenario import run_scenario
+    out, _ = run_scenario(sc, Path(args.out), progress=_progress)
+    ours, row = crosscheck.emulation_figures(out, sc)
+    try:
+        theirs, meta = crosscheck.htsim_figures(
+            binary, sc, row['base_rtt_ms'] / 1e3, args.gbps, out)
+    except HtsimError as err:
+        print('htsim: %s' % err, file=sys.stderr)
+        return EXIT_FAILED
+    crosscheck.write_result(out, ours, theirs, {'trusted': row['health']['trusted'],
+                                                'reasons': row['health']['reasons']}, meta)
+    print(crosscheck.report(sc, ours, theirs, row, meta))
+    print('\nresults: %s (crosscheck.json; htsim.topo, htsim.cm, htsim.out: htsim\'s '
+          'inputs and output, its command run there; the run\'s own files)' % out)
+    return EXIT_OK if row['health']['trusted'] else EXIT_FAILED
 
 
 def cmd_cli(args: argparse.Namespace) -> int:

@@ -191,10 +191,21 @@ def test_commands_that_need_root_say_so():
         pytest.skip('no unprivileged user who can run this interpreter and '
                     'read the checkout here (a clone under /root, say)')
     for args in (['verify'], ['run', '--quick'], ['clean'], ['cli'],
-                 ['bench', '--out', '/nonexistent']):
+                 ['bench', '--out', '/nonexistent'],
+                 ['crosscheck', 'scenarios/incast_7to1_victim.yaml', '--htsim', '/bin/true']):
         result = run(*args, user=user)
         assert result.returncode == 2, (args, result.stderr)
         assert 'needs root' in result.stderr, (args, result.stderr)
+
+
+@pytest.mark.parametrize('args, message', [
+    (['scenarios/incast_7to1_victim.yaml', '--htsim', '/nonexistent/htsim_uec'],
+     'uet-htsim'),                                  # says how to get htsim
+    (['scenarios/link_failure_allreduce.yaml', '--htsim', '/bin/true'], 'has faults'),
+])
+def test_crosscheck_refuses_before_anything_is_built(args, message):
+    result = run('crosscheck', *args)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
 def test_run_exits_1_when_a_result_is_not_trusted(monkeypatch, capsys):

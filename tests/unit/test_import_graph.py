@@ -28,6 +28,8 @@ ALLOWED = {
     'testbed.bench': ('testbed.fabric', 'testbed.nic', 'testbed.mrc_ctl',
                       'testbed.kernel', 'testbed.workload', 'testbed.checkout',
                       'testbed.native_core'),
+    # The cross-check reads a scenario and its run's results, and runs htsim.
+    'testbed.reference': ('testbed.fabric', 'testbed.nic', 'testbed.workload'),
     'testbed.cli': ('testbed', 'testbed.bench'),
     # Where the source checkout is (stdlib only): what is written beside it.
     'testbed.checkout': (),

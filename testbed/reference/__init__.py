@@ -1,0 +1,2 @@
+"""The reference simulator (UEC's htsim) run beside the emulation: its
+inputs made from a scenario, its results read and compared with ours."""

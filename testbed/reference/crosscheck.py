@@ -1,0 +1,208 @@
+"""A scenario run here and in htsim, side by side, in figures that do not
+depend on either fabric's speed.
+
+The scenario's one-plane form (htsim has one plane) runs MRC on a fresh
+fabric; the same flows (the same seed picks the same senders) run in
+htsim_uec with every size scaled to the same number of bandwidth-delay
+products and every start to the same number of base RTTs. By default
+htsim's links run at the speed that gives its BDP as many packets as ours
+has (NSCC's window steps, its initial window and its quick-adapt gate are
+counted in packets and BDPs; at htsim's 100 Gbit/s a BDP is ~4x as many
+packets as on a 10 Mbit/s fabric of 3,500-byte packets); `gbps` sets it.
+
+Figures, each side its own (docs/crosscheck.md):
+- makespan: first start to last finish, in base RTTs;
+- ideal / FCT per flow (ideal: its bytes at the NIC's line rate), mean and
+  lowest;
+- victim kept: the incast victim's ideal / FCT (its share of line rate
+  beside the incast);
+- incast spread: first to last incast flow's finish, in base RTTs;
+- resent: what was sent again over what was sent new (packets in htsim,
+  bytes here).
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from testbed.fabric.topo_spec import TopoSpec
+from testbed.nic.emulated_timescale import MTU
+from testbed.reference import htsim
+from testbed.workload.model import Scenario, Workload
+from testbed.workload.workloads import build_workload
+
+GBPS_ROUNDS = 4                 # fixed-point rounds matching packets per BDP
+END_BDPS = 400                  # htsim's -end: this many of the largest flow's ideal
+MIN_END_US = 10_000
+
+
+@dataclass(frozen=True)
+class FlowTimes:
+    label: str
+    size: int                  # bytes on this side
+    start_s: float
+    finish_s: float | None
+
+
+@dataclass(frozen=True)
+class Figures:
+    flows: int
+    flows_done: int
+    makespan_rtts: float | None
+    mean_ideal_over_fct: float | None
+    min_ideal_over_fct: float | None
+    victim_kept: float | None
+    incast_spread_rtts: float | None
+    resent: float
+
+
+def figures_of(flows: list[FlowTimes], line_bps: float, rtt_s: float,
+               resent: float) -> Figures:
+    """The module's figures of one side's flows."""
+    done = [f for f in flows if f.finish_s is not None]
+    scores = {id(f): f.size * 8 / line_bps / max(f.finish_s - f.start_s, 1e-12)
+              for f in done}
+    incast = [f.finish_s for f in done if f.label == 'incast']
+    victim = [scores[id(f)] for f in done if f.label == 'victim']
+    whole = len(done) == len(flows) and flows
+    return Figures(
+        flows=len(flows), flows_done=len(done),
+        makespan_rtts=(max(f.finish_s for f in done) - min(f.start_s for f in flows)) / rtt_s
+        if whole else None,
+        mean_ideal_over_fct=sum(scores.values()) / len(done) if done else None,
+        min_ideal_over_fct=min(scores.values()) if done else None,
+        victim_kept=victim[0] if victim else None,
+        incast_spread_rtts=(max(incast) - min(incast)) / rtt_s if len(incast) > 1 else None,
+        resent=resent)
+
+
+def one_plane(sc: Scenario) -> Scenario:
+    """The scenario on the one-plane form of its fabric, MRC only; refused
+    with faults (the cross-check compares congestion responses, and htsim's
+    failures are not ours)."""
+    if sc.faults:
+        raise ValueError('%s has faults: the cross-check compares runs without '
+                         'failures (htsim models them differently)' % sc.name)
+    spec = sc.topo_spec
+    params = tuple((k, 1 if k == 'planes' else v) for k, v in spec.params)
+    return replace(sc, topology=str(TopoSpec(spec.name, params)), transports=('mrc',),
+                   repetitions=1, quick=None)
+
+
+def workload_of(sc: Scenario) -> Workload:
+    """The flows the runner builds for the scenario's first repetition."""
+    plan = sc.plan()
+    return build_workload(sc.workload, plan.hosts, plan, random.Random(sc.seed))
+
+
+# -- the emulation's side --------------------------------------------------------
+
+def emulation_figures(out: Path, sc: Scenario) -> tuple[Figures, dict]:
+    """Figures of the MRC run in results directory `out`, and its summary row."""
+    row = json.loads((out / 'summary.json').read_text())['transports']['mrc']
+    events = [json.loads(line) for line in (out / 'events.jsonl').read_text().splitlines()]
+    starts = {e['flow']: e for e in events if e.get('event') == 'flow_start'}
+    finishes = {e['flow']: e['t'] for e in events if e.get('event') == 'flow_done'}
+    labels = {f.id: f.label for f in workload_of(sc).flows}
+    flows = [FlowTimes(labels.get(i, ''), e['bytes'], e['t'], finishes.get(i))
+             for i, e in starts.items()]
+    rtt_s = row['base_rtt_ms'] / 1e3
+    sent = sum(f.size for f in flows)
+    line_bps = sc.link_rate_mbit * 1e6              # one plane: one port
+    return figures_of(flows, line_bps, rtt_s, row['retransmitted_bytes'] / max(sent, 1)), row
+
+
+# -- htsim's side ------------------------------------------------------------------
+
+def matched_gbps(binary: Path, spec: TopoSpec, packets_per_bdp: float) -> tuple[float, float]:
+    """(link speed, base RTT in us) at which htsim's BDP holds
+    `packets_per_bdp` of its packets (its RTT shrinks as its links speed
+    up, so a few rounds of a fixed point)."""
+    gbps = 100.0
+    for _ in range(GBPS_ROUNDS):
+        rtt_us = htsim.base_rtt_us(binary, spec, gbps)
+        gbps = packets_per_bdp * htsim.DEFAULT_MTU * 8 / (rtt_us * 1e3)
+    return gbps, htsim.base_rtt_us(binary, spec, gbps)
+
+
+def htsim_figures(binary: Path, sc: Scenario, our_rtt_s: float, gbps: float | None,
+                  out: Path) -> tuple[Figures, dict]:
+    """Figures of the scenario's flows run in htsim (its inputs written to
+    `out`), and what was run."""
+    spec = sc.topo_spec
+    our_mtu = int(spec.kwargs().get('mtu', MTU))
+    line_bps = sc.link_rate_mbit * 1e6
+    our_bdp = line_bps * our_rtt_s / 8
+    if gbps is None:
+        gbps, rtt_us = matched_gbps(binary, spec, our_bdp / our_mtu)
+    else:
+        rtt_us = htsim.base_rtt_us(binary, spec, gbps)
+    their_bdp = gbps * 1e9 * rtt_us / 1e6 / 8
+    workload = workload_of(sc)
+    nodes, _, _ = htsim.tiers_of(spec)
+    matrix = htsim.scaled_matrix(workload, nodes, their_bdp / our_bdp,
+                                 rtt_us / 1e6 / our_rtt_s)
+    largest = max(c.size for c in matrix.connections)
+    end_us = max(MIN_END_US, END_BDPS * largest * 8 / (gbps * 1e3))
+    topo = htsim.topo_text(spec, gbps)
+    run = htsim.run_htsim(binary, topo, matrix, end_us, sc.seed, gbps, workdir=out)
+    labels = {f.id: f.label for f in workload.flows}
+    sizes = {c.id: c.size for c in matrix.connections}
+    flows = [FlowTimes(labels[i], sizes[i], f.start_us / 1e6,
+                       None if f.finish_us is None else f.finish_us / 1e6)
+             for i, f in run.flows.items()]
+    figures = figures_of(flows, gbps * 1e9, rtt_us / 1e6, run.resent_share)
+    return figures, {'command': ' '.join(run.command), 'gbps': round(gbps, 3),
+                     'base_rtt_us': round(rtt_us, 3),
+                     'packets_per_bdp': round(their_bdp / htsim.DEFAULT_MTU, 1),
+                     'our_packets_per_bdp': round(our_bdp / our_mtu, 1),
+                     'size_scale': their_bdp / our_bdp}
+
+
+FIGURES = (('makespan_rtts', 'makespan (base RTTs)', '%.1f'),
+           ('mean_ideal_over_fct', 'mean ideal / FCT', '%.2f'),
+           ('min_ideal_over_fct', 'lowest ideal / FCT', '%.2f'),
+           ('victim_kept', 'incast victim kept', '%.0f%%'),
+           ('incast_spread_rtts', 'incast spread (base RTTs)', '%.1f'),
+           ('resent', 'resent', '%.1f%%'))
+
+
+def table(ours: Figures, theirs: Figures) -> str:
+    """The figures side by side (markdown)."""
+    lines = ['| figure | emulation (MRC) | htsim (UET, NSCC) |', '|---|---:|---:|']
+    for key, name, fmt in FIGURES:
+        cells = []
+        for side in (ours, theirs):
+            value = getattr(side, key)
+            pct = fmt.endswith('%%')
+            cells.append('-' if value is None else fmt % (100 * value if pct else value))
+        if cells != ['-', '-']:
+            lines.append('| %s | %s | %s |' % (name, *cells))
+    return '\n'.join(lines)
+
+
+def write_result(out: Path, ours: Figures, theirs: Figures, ours_meta: dict,
+                 theirs_meta: dict) -> None:
+    (out / 'crosscheck.json').write_text(json.dumps(
+        {'emulation': asdict(ours), 'htsim': asdict(theirs),
+         'emulation_run': ours_meta, 'htsim_run': theirs_meta}, indent=1) + '\n')
+
+
+def report(sc: Scenario, ours: Figures, theirs: Figures, row: dict, meta: dict) -> str:
+    """What was compared, the table, and whether the emulation's side counts."""
+    trusted = row['health']['trusted']
+    lines = ['%s, one plane: %s at %g Mbit/s, base RTT %.2f ms, %.1f packets a BDP'
+             % (sc.name, sc.topology, sc.link_rate_mbit, row['base_rtt_ms'],
+                meta['our_packets_per_bdp']),
+             'htsim: %g Gbit/s, base RTT %.2f us, %.1f packets a BDP, sizes x %.4g: %s'
+             % (meta['gbps'], meta['base_rtt_us'], meta['packets_per_bdp'],
+                meta['size_scale'], meta['command']),
+             '', table(ours, theirs), '']
+    if trusted:
+        lines.append('emulation: trusted (health gate passed)')
+    else:
+        lines.append('emulation: NOT TRUSTED (%s): its column is not a measurement'
+                     % '; '.join(row['health']['reasons']))
+    return '\n'.join(lines)
