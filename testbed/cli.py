@@ -114,6 +114,10 @@ def _parser() -> argparse.ArgumentParser:
     cross.add_argument('--gbps', type=float, default=None,
                        help="htsim's link speed (default: the speed that gives its "
                        'BDP as many packets as ours)')
+    cross.add_argument('--last-hop-ecn', choices=('on', 'off'), default='on',
+                       help="on: the last hop marks ECN on both sides (htsim's reference "
+                       "NSCC); off: on neither, as MRC is deployed (htsim's receiver-"
+                       'based CC on too; docs/crosscheck.md). Default: %(default)s')
     cross.add_argument('--out', default='results', metavar='DIR',
                        help='results root (default: %(default)s)')
     cross.add_argument('--quick', action='store_true',
@@ -338,7 +342,7 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
     if not binary.is_file():
         return _usage_error('%s: no such file. %s' % (binary, HELP))
     try:
-        sc = crosscheck.one_plane(scenario)
+        sc = crosscheck.one_plane(scenario, args.last_hop_ecn == 'on')
         crosscheck.htsim.tiers_of(sc.topo_spec)
     except (ValueError, HtsimError) as err:
         return _usage_error('%s: %s' % (args.scenario, err))

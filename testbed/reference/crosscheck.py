@@ -78,17 +78,29 @@ def figures_of(flows: list[FlowTimes], line_bps: float, rtt_s: float,
         resent=resent)
 
 
-def one_plane(sc: Scenario) -> Scenario:
-    """The scenario on the one-plane form of its fabric, MRC only; refused
-    with faults (the cross-check compares congestion responses, and htsim's
-    failures are not ours)."""
+def one_plane(sc: Scenario, last_hop_ecn: bool = True) -> Scenario:
+    """The scenario on the one-plane form of its fabric, its last hop
+    marking ECN or not, MRC only; refused with faults (the cross-check
+    compares congestion responses, and htsim's failures are not ours)."""
     if sc.faults:
         raise ValueError('%s has faults: the cross-check compares runs without '
                          'failures (htsim models them differently)' % sc.name)
     spec = sc.topo_spec
-    params = tuple((k, 1 if k == 'planes' else v) for k, v in spec.params)
-    return replace(sc, topology=str(TopoSpec(spec.name, params)), transports=('mrc',),
-                   repetitions=1, quick=None)
+    params = dict(spec.params, planes=1)
+    params.pop('mark_last', None)
+    if last_hop_ecn:
+        params['mark_last'] = 1
+    topology = str(TopoSpec(spec.name, tuple(sorted(params.items()))))
+    # The results' copy of the file says what ran instead of it.
+    note = ('# mrc-testbed crosscheck ran the one-plane form of this file: topology %s, '
+            'MRC only, one repetition%s\n' % (topology, ', its quick form' if sc.is_quick else ''))
+    return replace(sc, topology=topology, transports=('mrc',), repetitions=1, quick=None,
+                   source_text=note + sc.source_text)
+
+
+def last_hop_ecn(sc: Scenario) -> bool:
+    """Whether the (one-plane) scenario's last hop marks ECN."""
+    return bool(sc.topo_spec.kwargs().get('mark_last', 0))
 
 
 def workload_of(sc: Scenario) -> Workload:
@@ -130,7 +142,8 @@ def matched_gbps(binary: Path, spec: TopoSpec, packets_per_bdp: float) -> tuple[
 def htsim_figures(binary: Path, sc: Scenario, our_rtt_s: float, gbps: float | None,
                   out: Path) -> tuple[Figures, dict]:
     """Figures of the scenario's flows run in htsim (its inputs written to
-    `out`), and what was run."""
+    `out`), its last hop marking ECN as the scenario's does, and what was
+    run."""
     spec = sc.topo_spec
     our_mtu = int(spec.kwargs().get('mtu', MTU))
     line_bps = sc.link_rate_mbit * 1e6
@@ -147,14 +160,16 @@ def htsim_figures(binary: Path, sc: Scenario, our_rtt_s: float, gbps: float | No
     largest = max(c.size for c in matrix.connections)
     end_us = max(MIN_END_US, END_BDPS * largest * 8 / (gbps * 1e3))
     topo = htsim.topo_text(spec, gbps)
-    run = htsim.run_htsim(binary, topo, matrix, end_us, sc.seed, gbps, workdir=out)
+    run = htsim.run_htsim(binary, topo, matrix, end_us, sc.seed, gbps, workdir=out,
+                          last_hop_ecn=last_hop_ecn(sc))
     labels = {f.id: f.label for f in workload.flows}
     sizes = {c.id: c.size for c in matrix.connections}
     flows = [FlowTimes(labels[i], sizes[i], f.start_us / 1e6,
                        None if f.finish_us is None else f.finish_us / 1e6)
              for i, f in run.flows.items()]
     figures = figures_of(flows, gbps * 1e9, rtt_us / 1e6, run.resent_share)
-    return figures, {'command': ' '.join(run.command), 'gbps': round(gbps, 3),
+    return figures, {'command': ' '.join(run.command), 'last_hop_ecn': last_hop_ecn(sc),
+                     'gbps': round(gbps, 3),
                      'base_rtt_us': round(rtt_us, 3),
                      'packets_per_bdp': round(their_bdp / htsim.DEFAULT_MTU, 1),
                      'our_packets_per_bdp': round(our_bdp / our_mtu, 1),
@@ -190,6 +205,15 @@ def write_result(out: Path, ours: Figures, theirs: Figures, ours_meta: dict,
          'emulation_run': ours_meta, 'htsim_run': theirs_meta}, indent=1) + '\n')
 
 
+LAST_HOP = {
+    True: "last hop: ECN marks on both sides (htsim's sender-based NSCC has its ToR "
+          'downlinks mark; ours, mark_last=1)',
+    False: 'last hop: no ECN marks on either side, as MRC is deployed (ECN on all but the '
+           'last hop); htsim then runs its receiver-based CC too (-sender_cc -receiver_cc, '
+           'the only setting in which its ToR downlinks do not mark), where MRC has its '
+           "responder's window penalty"}
+
+
 def report(sc: Scenario, ours: Figures, theirs: Figures, row: dict, meta: dict) -> str:
     """What was compared, the table, and whether the emulation's side counts."""
     trusted = row['health']['trusted']
@@ -199,6 +223,7 @@ def report(sc: Scenario, ours: Figures, theirs: Figures, row: dict, meta: dict) 
              'htsim: %g Gbit/s, base RTT %.2f us, %.1f packets a BDP, sizes x %.4g: %s'
              % (meta['gbps'], meta['base_rtt_us'], meta['packets_per_bdp'],
                 meta['size_scale'], meta['command']),
+             LAST_HOP[last_hop_ecn(sc)],
              '', table(ours, theirs), '']
     if trusted:
         lines.append('emulation: trusted (health gate passed)')

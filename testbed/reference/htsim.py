@@ -21,7 +21,11 @@ is here. Facts its source states, used below:
 - ``-end`` defaults to 1,000 us and cuts longer runs short without a word;
   ``-o`` must name a real file (with /dev/null it aborts at exit);
   ``-planes`` other than 1 asserts; ``-linkspeed`` is in Mbit/s, ``-mtu``
-  in bytes (default 4,150).
+  in bytes (default 4,150);
+- its ToR downlinks (the last hop) mark ECN exactly when no receiver-based
+  CC runs (main_uec.cpp: ``set_ecn_parameters(true, !receiver_driven, ..)``):
+  with its default sender-based NSCC they mark; with ``-receiver_cc`` added
+  they do not, and its receiver-based CC shapes the last hop instead.
 """
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ LATENCY_NS = 1000                  # per link, as its example topologies
 TIMEOUT_S = 600                    # one htsim run; ours finish in seconds
 # What a run writes in its directory: topology, matrix, htsim's -o log, what it printed.
 INPUTS = ('htsim.topo', 'htsim.cm', 'htsim.log', 'htsim.out')
+# Its flags for a last hop that marks ECN or not (the module's header).
+LAST_HOP_ECN_FLAGS = {True: (), False: ('-sender_cc', '-receiver_cc')}
 HELP = ('htsim is not here: build UEC\'s simulator (github.com/ultraethernet/'
         'uet-htsim) with `cmake -S htsim/sim -B build -DCMAKE_BUILD_TYPE=Release '
         '&& cmake --build build`, then pass --htsim build/datacenter/htsim_uec')
@@ -171,10 +177,10 @@ def parse_output(text: str) -> HtsimRun:
 
 def run_htsim(binary: Path, topo: str, matrix: ConnectionMatrix, end_us: float,
               seed: int, gbps: float, mtu: int = DEFAULT_MTU,
-              workdir: Path | None = None) -> HtsimRun:
+              workdir: Path | None = None, last_hop_ecn: bool = True) -> HtsimRun:
     """Run htsim_uec on `topo` and `matrix` until `end_us`, in `workdir`
     (its inputs, log and printed output are kept there: INPUTS) or in a
-    scratch directory; every flow must finish (one that did not means -end
+    scratch directory, its last hop marking ECN or not; every flow must finish (one that did not means -end
     was too short: an error, not a figure)."""
     if not binary.is_file():
         raise HtsimError('%s: no such file. %s' % (binary, HELP))
@@ -186,7 +192,7 @@ def run_htsim(binary: Path, topo: str, matrix: ConnectionMatrix, end_us: float,
         command = [str(binary.resolve()), '-topo', topo_file, '-tm', cm_file,
                    '-end', '%d' % max(1, round(end_us)), '-seed', str(seed),
                    '-linkspeed', '%d' % round(gbps * 1000), '-mtu', str(mtu),
-                   '-o', log_file]
+                   '-o', log_file, *LAST_HOP_ECN_FLAGS[last_hop_ecn]]
         try:
             done = subprocess.run(command, cwd=d, capture_output=True, text=True,
                                   timeout=TIMEOUT_S)

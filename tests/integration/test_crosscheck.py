@@ -58,13 +58,15 @@ def small_incast(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize('last_hop_ecn', ['on', 'off'])
 @pytest.mark.time_limit(BASE_S + UNTRUSTED_TRIES * (build_allowance(SWITCH_PORTS, afxdp=True)
                                                     + run_allowance(DURATION_S)),
                         why='one MRC run of the small incast, up to UNTRUSTED_TRIES times')
-def test_crosscheck_runs_both_sides_of_a_small_incast(tmp_path, htsim_binary):
+def test_crosscheck_runs_both_sides_of_a_small_incast(tmp_path, htsim_binary, last_hop_ecn):
     scenario = small_incast(tmp_path)
     for attempt in range(UNTRUSTED_TRIES):
         done = subprocess.run(CLI + ['crosscheck', str(scenario), '--htsim', str(htsim_binary),
+                                     '--last-hop-ecn', last_hop_ecn,
                                      '--out', str(tmp_path / str(attempt))],
                               capture_output=True, text=True, timeout=900)
         if done.returncode == 0:
@@ -77,8 +79,12 @@ def test_crosscheck_runs_both_sides_of_a_small_incast(tmp_path, htsim_binary):
     out = next((tmp_path / str(attempt)).glob('small_incast/*'))
     result = json.loads((out / 'crosscheck.json').read_text())
     assert result['emulation_run']['trusted']
-    rtt_s = json.loads((out / 'summary.json').read_text())['transports']['mrc'][
-        'base_rtt_ms'] / 1e3
+    # Both sides' last hop as asked: our fabric's spec, htsim's flags.
+    summary = json.loads((out / 'summary.json').read_text())
+    assert ('mark_last=1' in summary['topology']) == (last_hop_ecn == 'on')
+    assert 'planes=1' in summary['topology']
+    assert ('-receiver_cc' in result['htsim_run']['command']) == (last_hop_ecn == 'off')
+    rtt_s = summary['transports']['mrc']['base_rtt_ms'] / 1e3
     for side in ('emulation', 'htsim'):
         f = result[side]
         assert f['flows'] == f['flows_done'] == FAN_IN + 1, (side, f)

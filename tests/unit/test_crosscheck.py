@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.reference.crosscheck import FlowTimes, figures_of, one_plane, table
+from testbed.reference.crosscheck import FlowTimes, figures_of, last_hop_ecn, one_plane, table
 from testbed.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +41,9 @@ def test_the_one_plane_form_runs_mrc_and_refuses_faults():
     sc = one_plane(incast)
     assert 'planes=1' in sc.topology and sc.transports == ('mrc',)
     assert sc.workload == incast.workload and sc.link_rate_mbit == incast.link_rate_mbit
+    # The last hop marks as htsim's reference NSCC's does, unless asked not to.
+    assert last_hop_ecn(sc) and not last_hop_ecn(one_plane(incast, last_hop_ecn=False))
+    assert not last_hop_ecn(one_plane(sc, last_hop_ecn=False))     # taken off again
     with pytest.raises(ValueError, match='faults'):
         one_plane(load_scenario(REPO / 'scenarios/link_failure_allreduce.yaml'))
 
