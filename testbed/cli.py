@@ -111,9 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     cross.add_argument('--htsim', required=True, metavar='PATH',
                        help="UEC's htsim_uec binary (built from github.com/"
                        'ultraethernet/uet-htsim)')
-    cross.add_argument('--gbps', type=float, default=None,
-                       help="htsim's link speed (default: the speed that gives its "
-                       'BDP as many packets as ours)')
+    cross.add_argument('--gbps', type=int, default=None,
+                       help="htsim's link speed, whole Gbit/s (default: the speed that "
+                       'gives its BDP as many packets as ours)')
     cross.add_argument('--last-hop-ecn', choices=('on', 'off'), default='on',
                        help="on: the last hop marks ECN on both sides (htsim's reference "
                        "NSCC); off: on neither, as MRC is deployed (htsim's receiver-"

@@ -9,6 +9,8 @@ htsim's links run at the speed that gives its BDP as many packets as ours
 has (NSCC's window steps, its initial window and its quick-adapt gate are
 counted in packets and BDPs; at htsim's 100 Gbit/s a BDP is ~4x as many
 packets as on a 10 Mbit/s fabric of 3,500-byte packets); `gbps` sets it.
+htsim takes whole Gbit/s only, and its hops' store-and-forward alone makes a
+BDP of ~6 packets on a fat-tree path: the report shows both sides' counts.
 
 Figures, each side its own (docs/crosscheck.md):
 - makespan: first start to last finish, in base RTTs;
@@ -33,7 +35,8 @@ from testbed.reference import htsim
 from testbed.workload.model import Scenario, Workload
 from testbed.workload.workloads import build_workload
 
-GBPS_ROUNDS = 4                 # fixed-point rounds matching packets per BDP
+MATCH_PROBE_GBPS = (100.0, 10.0)  # the two speeds htsim's RTT is probed at
+MIN_GBPS = 1                     # htsim reads its links' speeds in whole Gbit/s
 END_BDPS = 400                  # htsim's -end: this many of the largest flow's ideal
 MIN_END_US = 10_000
 
@@ -128,18 +131,25 @@ def emulation_figures(out: Path, sc: Scenario) -> tuple[Figures, dict]:
 
 # -- htsim's side ------------------------------------------------------------------
 
-def matched_gbps(binary: Path, spec: TopoSpec, packets_per_bdp: float) -> tuple[float, float]:
+def matched_gbps(binary: Path, spec: TopoSpec, packets_per_bdp: float) -> tuple[int, float]:
     """(link speed, base RTT in us) at which htsim's BDP holds
-    `packets_per_bdp` of its packets (its RTT shrinks as its links speed
-    up, so a few rounds of a fixed point)."""
-    gbps = 100.0
-    for _ in range(GBPS_ROUNDS):
-        rtt_us = htsim.base_rtt_us(binary, spec, gbps)
-        gbps = packets_per_bdp * htsim.DEFAULT_MTU * 8 / (rtt_us * 1e3)
+    `packets_per_bdp` of its packets. Its base RTT is the path's latency L
+    plus what every hop's store-and-forward of the packet and its ACK takes,
+    S / speed; two probes give L and S, and BDP = speed x RTT = speed x L + S
+    gives the speed, rounded to htsim's whole Gbit/s. A BDP can hold no
+    fewer packets than S alone (the hops' serialization): below that the
+    slowest speed is taken; the report's packets per BDP say how far off
+    either leaves it."""
+    fast, slow = MATCH_PROBE_GBPS
+    rtt_fast, rtt_slow = (htsim.base_rtt_us(binary, spec, g) for g in (fast, slow))
+    serial = (rtt_slow - rtt_fast) / (1 / slow - 1 / fast)       # us x Gbit/s
+    latency_us = rtt_fast - serial / fast
+    want = packets_per_bdp * htsim.DEFAULT_MTU * 8 / 1e3           # us x Gbit/s
+    gbps = max(round((want - serial) / latency_us), MIN_GBPS)
     return gbps, htsim.base_rtt_us(binary, spec, gbps)
 
 
-def htsim_figures(binary: Path, sc: Scenario, our_rtt_s: float, gbps: float | None,
+def htsim_figures(binary: Path, sc: Scenario, our_rtt_s: float, gbps: int | None,
                   out: Path) -> tuple[Figures, dict]:
     """Figures of the scenario's flows run in htsim (its inputs written to
     `out`), its last hop marking ECN as the scenario's does, and what was

@@ -20,8 +20,10 @@ is here. Facts its source states, used below:
   (main_uec.cpp);
 - ``-end`` defaults to 1,000 us and cuts longer runs short without a word;
   ``-o`` must name a real file (with /dev/null it aborts at exit);
-  ``-planes`` other than 1 asserts; ``-linkspeed`` is in Mbit/s, ``-mtu``
-  in bytes (default 4,150);
+  ``-planes`` other than 1 asserts; ``-linkspeed`` (the hosts' NICs) is in
+  Mbit/s, ``-mtu`` in bytes (default 4,150); a `.topo`'s
+  ``Downlink_speed_Gbps`` is read as a whole number (fat_tree_topology.cpp:
+  ``stoi``: 7.2 would be 7 Gbit/s, 0.5 an error), so every speed here is;
 - its ToR downlinks (the last hop) mark ECN exactly when no receiver-based
   CC runs (main_uec.cpp: ``set_ecn_parameters(true, !receiver_driven, ..)``):
   with its default sender-based NSCC they mark; with ``-receiver_cc`` added
@@ -92,12 +94,14 @@ def tiers_of(spec: TopoSpec) -> tuple[int, int, tuple[Tier, ...]]:
     raise HtsimError('htsim has no %s topology' % spec.name)
 
 
-def topo_text(spec: TopoSpec, gbps: float) -> str:
+def topo_text(spec: TopoSpec, gbps: int) -> str:
     """The `.topo` of the one-plane fabric `spec`, every link at `gbps`."""
+    if int(gbps) != gbps or gbps < 1:
+        raise HtsimError('htsim reads link speeds in whole Gbit/s, got %s' % gbps)
     nodes, podsize, tiers = tiers_of(spec)
     lines = ['Nodes %d' % nodes, 'Tiers %d' % len(tiers), 'Podsize %d' % podsize]
     for i, tier in enumerate(tiers):
-        lines += ['', 'Tier %d' % i, 'Downlink_speed_Gbps %g' % gbps,
+        lines += ['', 'Tier %d' % i, 'Downlink_speed_Gbps %d' % gbps,
                   'Radix_Down %d' % tier.radix_down]
         if tier.radix_up is not None:
             lines.append('Radix_Up %d' % tier.radix_up)
@@ -176,7 +180,7 @@ def parse_output(text: str) -> HtsimRun:
 
 
 def run_htsim(binary: Path, topo: str, matrix: ConnectionMatrix, end_us: float,
-              seed: int, gbps: float, mtu: int = DEFAULT_MTU,
+              seed: int, gbps: int, mtu: int = DEFAULT_MTU,
               workdir: Path | None = None, last_hop_ecn: bool = True) -> HtsimRun:
     """Run htsim_uec on `topo` and `matrix` until `end_us`, in `workdir`
     (its inputs, log and printed output are kept there: INPUTS) or in a
@@ -212,7 +216,7 @@ def run_htsim(binary: Path, topo: str, matrix: ConnectionMatrix, end_us: float,
     return run
 
 
-def base_rtt_us(binary: Path, spec: TopoSpec, gbps: float, mtu: int = DEFAULT_MTU) -> float:
+def base_rtt_us(binary: Path, spec: TopoSpec, gbps: int, mtu: int = DEFAULT_MTU) -> float:
     """htsim's own base RTT on the fabric's longest path: how long one
     packet from the first host to the last takes to be acknowledged (the
     same definition as ours: one full packet there, its SACK back)."""

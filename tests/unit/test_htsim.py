@@ -51,6 +51,12 @@ def test_a_leaf_spine_htsim_cannot_state_is_refused():
         tiers_of(parse_topo_spec('leafspine,leaves=4,spines=2,hosts=3,planes=1'))
 
 
+def test_a_speed_htsim_would_truncate_is_refused():
+    # It reads Downlink_speed_Gbps with stoi: 7.5 would silently be 7.
+    with pytest.raises(HtsimError, match='whole Gbit/s'):
+        topo_text(parse_topo_spec('fattree,k=4,planes=1'), 7.5)
+
+
 def test_more_than_one_plane_is_refused():
     with pytest.raises(HtsimError, match='one plane'):
         tiers_of(parse_topo_spec('fattree,k=4,planes=2'))
