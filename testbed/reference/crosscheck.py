@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from testbed.fabric.topo_spec import TopoSpec
 from testbed.nic.emulated_timescale import MTU
 from testbed.reference import htsim
 from testbed.workload.model import Scenario, Workload
+from testbed.workload.run_scenario import run_scenario
 from testbed.workload.workloads import build_workload
 
 MATCH_PROBE_GBPS = (100.0, 10.0)  # the two speeds htsim's RTT is probed at
@@ -194,25 +197,63 @@ FIGURES = (('makespan_rtts', 'makespan (base RTTs)', '%.1f'),
            ('resent', 'resent', '%.1f%%'))
 
 
-def table(ours: Figures, theirs: Figures) -> str:
-    """The figures side by side (markdown)."""
+# -- one seed, several seeds ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class SeedResult:
+    """Both sides of one seed (the same senders, the same draws)."""
+    seed: int
+    ours: Figures
+    theirs: Figures
+    row: dict                  # the emulation's summary row (health, base RTT)
+    meta: dict                 # what htsim ran
+    out: Path                  # the run's results, htsim's files beside them
+
+    @property
+    def trusted(self) -> bool:
+        return bool(self.row['health']['trusted'])
+
+
+def run_seed(binary: Path, sc: Scenario, seed: int, root: Path, gbps: int | None,
+             progress: Callable[[str], None]) -> SeedResult:
+    """The scenario with `seed` run here (results under `root`), then in htsim."""
+    sc = replace(sc, seed=seed)
+    out, _ = run_scenario(sc, root, progress=progress)
+    ours, row = emulation_figures(out, sc)
+    theirs, meta = htsim_figures(binary, sc, row['base_rtt_ms'] / 1e3, gbps, out)
+    return SeedResult(seed, ours, theirs, row, meta, out)
+
+
+def cell(values: list[float | None], fmt: str) -> str:
+    """One figure over the seeds: the value, or the median (lowest-highest)."""
+    pct = fmt.endswith('%%')
+    found = sorted(100 * v if pct else v for v in values if v is not None)
+    if not found:
+        return '-'
+    if len(found) == 1:
+        return fmt % found[0]
+    return '%s (%s-%s)' % (fmt % statistics.median(found), fmt.replace('%%', '') % found[0],
+                           fmt % found[-1])
+
+
+def table(ours: list[Figures], theirs: list[Figures]) -> str:
+    """The figures side by side (markdown), each over the seeds given."""
     lines = ['| figure | emulation (MRC) | htsim (UET, NSCC) |', '|---|---:|---:|']
     for key, name, fmt in FIGURES:
-        cells = []
-        for side in (ours, theirs):
-            value = getattr(side, key)
-            pct = fmt.endswith('%%')
-            cells.append('-' if value is None else fmt % (100 * value if pct else value))
+        cells = [cell([getattr(f, key) for f in side], fmt) for side in (ours, theirs)]
         if cells != ['-', '-']:
             lines.append('| %s | %s | %s |' % (name, *cells))
     return '\n'.join(lines)
 
 
-def write_result(out: Path, ours: Figures, theirs: Figures, ours_meta: dict,
-                 theirs_meta: dict) -> None:
-    (out / 'crosscheck.json').write_text(json.dumps(
-        {'emulation': asdict(ours), 'htsim': asdict(theirs),
-         'emulation_run': ours_meta, 'htsim_run': theirs_meta}, indent=1) + '\n')
+def write_result(path: Path, results: list[SeedResult]) -> None:
+    """crosscheck.json: per seed, both sides' figures, the gate's verdict and
+    what htsim ran."""
+    path.write_text(json.dumps({'seeds': [
+        {'seed': r.seed, 'emulation': asdict(r.ours), 'htsim': asdict(r.theirs),
+         'emulation_run': {'trusted': r.trusted, 'reasons': r.row['health']['reasons'],
+                           'results': str(r.out)},
+         'htsim_run': r.meta} for r in results]}, indent=1) + '\n')
 
 
 LAST_HOP = {
@@ -224,20 +265,26 @@ LAST_HOP = {
            "responder's window penalty"}
 
 
-def report(sc: Scenario, ours: Figures, theirs: Figures, row: dict, meta: dict) -> str:
-    """What was compared, the table, and whether the emulation's side counts."""
-    trusted = row['health']['trusted']
+def report(sc: Scenario, results: list[SeedResult]) -> str:
+    """What was compared, the table over the seeds (the emulation's column
+    over its trusted runs only), and what the gate said."""
+    first, trusted = results[0], [r for r in results if r.trusted]
+    meta = first.meta
     lines = ['%s, one plane: %s at %g Mbit/s, base RTT %.2f ms, %.1f packets a BDP'
-             % (sc.name, sc.topology, sc.link_rate_mbit, row['base_rtt_ms'],
+             % (sc.name, sc.topology, sc.link_rate_mbit, first.row['base_rtt_ms'],
                 meta['our_packets_per_bdp']),
              'htsim: %g Gbit/s, base RTT %.2f us, %.1f packets a BDP, sizes x %.4g: %s'
              % (meta['gbps'], meta['base_rtt_us'], meta['packets_per_bdp'],
                 meta['size_scale'], meta['command']),
              LAST_HOP[last_hop_ecn(sc)],
-             '', table(ours, theirs), '']
-    if trusted:
-        lines.append('emulation: trusted (health gate passed)')
-    else:
-        lines.append('emulation: NOT TRUSTED (%s): its column is not a measurement'
-                     % '; '.join(row['health']['reasons']))
+             'seeds %s%s' % (', '.join(str(r.seed) for r in results),
+                             ': median (lowest-highest)' if len(results) > 1 else ''),
+             '', table([r.ours for r in trusted], [r.theirs for r in results]), '']
+    for r in results:
+        if not r.trusted:
+            lines.append('emulation, seed %d: NOT TRUSTED (%s): left out of its column'
+                         % (r.seed, '; '.join(r.row['health']['reasons'])))
+    if len(trusted) == len(results):
+        lines.append('emulation: trusted (health gate passed%s)'
+                     % (' on every seed' if len(results) > 1 else ''))
     return '\n'.join(lines)

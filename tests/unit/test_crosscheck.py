@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.reference.crosscheck import FlowTimes, figures_of, last_hop_ecn, one_plane, table
+from testbed.reference.crosscheck import (FlowTimes, cell, figures_of, last_hop_ecn, one_plane,
+                                          table)
 from testbed.workload.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +52,12 @@ def test_the_one_plane_form_runs_mrc_and_refuses_faults():
 def test_the_table_leaves_out_what_neither_side_has():
     flows = [FlowTimes('permutation', 1_000_000, 0.0, 2.0)]
     f = figures_of(flows, LINE_BPS, rtt_s=0.5, resent=0.05)
-    text = table(f, f)
+    text = table([f], [f])
     assert '| makespan (base RTTs) | 4.0 | 4.0 |' in text
     assert '| resent | 5.0% | 5.0% |' in text
     assert 'victim' not in text and 'spread' not in text
+
+
+def test_several_seeds_are_a_median_and_a_range():
+    assert cell([0.5, None, 0.7, 0.6], '%.0f%%') == '60% (50-70%)'
+    assert cell([3.0], '%.1f') == '3.0' and cell([None], '%.1f') == '-'
