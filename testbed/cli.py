@@ -337,7 +337,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_crosscheck(args: argparse.Namespace) -> int:
     from testbed.reference import crosscheck
-    from testbed.reference.htsim import HELP, HtsimError
+    from testbed.reference.htsim import HELP, HtsimError, tiers_of
     scenario = _load_scenario(args.scenario)
     if args.quick:
         scenario = scenario.quick_version()
@@ -348,7 +348,7 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
         return _usage_error('--seeds must be 1 or more, got %d' % args.seeds)
     try:
         sc = crosscheck.one_plane(scenario, args.last_hop_ecn == 'on')
-        crosscheck.htsim.tiers_of(sc.topo_spec)
+        tiers_of(sc.topo_spec)
     except (ValueError, HtsimError) as err:
         return _usage_error('%s: %s' % (args.scenario, err))
     if (code := _need_root('crosscheck')) is not None:

@@ -11,7 +11,7 @@ is here. Facts its source states, used below:
 - `.topo`: ``Nodes``, ``Tiers``, ``Podsize``, then per tier (0 = the hosts'
   switches) ``Downlink_speed_Gbps``, ``Radix_Down``, ``Radix_Up`` (not on
   the top tier), ``Downlink_Latency_ns``, ``Switch_Latency_ns``
-  (datacenter/topologies/*.topo, fat_tree_topology_cfg.cpp);
+  (datacenter/topologies/*.topo, fat_tree_topology.cpp);
 - hosts are numbered switch by switch, pod by pod, as ours are
   (docs/scenarios.md), so node i is host h<i+1>;
 - a flow prints ``Flow Uec_<src>_<dst> flowId <id> uecSrc <n> starting at <us>``
@@ -43,6 +43,7 @@ from testbed.workload.connection_matrix import (ConnectionMatrix, host_node, wor
 from testbed.workload.model import CmConnection, Workload
 
 DEFAULT_MTU = 4150                 # htsim_uec's packet size unless -mtu
+HEADER_BYTES = 64                  # of each packet (uec.cpp: _hdr_size); payload = mtu - it
 LATENCY_NS = 1000                  # per link, as its example topologies
 TIMEOUT_S = 600                    # one htsim run; ours finish in seconds
 # What a run writes in its directory: topology, matrix, htsim's -o log, what it printed.
@@ -184,8 +185,9 @@ def run_htsim(binary: Path, topo: str, matrix: ConnectionMatrix, end_us: float,
               workdir: Path | None = None, last_hop_ecn: bool = True) -> HtsimRun:
     """Run htsim_uec on `topo` and `matrix` until `end_us`, in `workdir`
     (its inputs, log and printed output are kept there: INPUTS) or in a
-    scratch directory, its last hop marking ECN or not; every flow must finish (one that did not means -end
-    was too short: an error, not a figure)."""
+    scratch directory, its last hop marking ECN or not. Every flow must
+    finish: one that did not means -end was too short, an error and not a
+    figure."""
     if not binary.is_file():
         raise HtsimError('%s: no such file. %s' % (binary, HELP))
     with tempfile.TemporaryDirectory(prefix='mrc-htsim-') as scratch:
@@ -221,8 +223,8 @@ def base_rtt_us(binary: Path, spec: TopoSpec, gbps: int, mtu: int = DEFAULT_MTU)
     packet from the first host to the last takes to be acknowledged (the
     same definition as ours: one full packet there, its SACK back)."""
     nodes, _, _ = tiers_of(spec)
-    probe = ConnectionMatrix(nodes, (CmConnection(0, host_node('h%d' % nodes), mtu - 64, 1,
-                                                  start_us=0),))
+    one_packet = CmConnection(0, host_node('h%d' % nodes), mtu - HEADER_BYTES, 1, start_us=0)
+    probe = ConnectionMatrix(nodes, (one_packet,))
     run = run_htsim(binary, topo_text(spec, gbps), probe, 1000, 1, gbps, mtu)
     fct = run.flows[1].fct_us
     assert fct is not None

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from testbed.fabric.topo_spec import parse_topo_spec
-from testbed.reference.htsim import DEFAULT_MTU, base_rtt_us
+from testbed.reference.htsim import DEFAULT_MTU, HEADER_BYTES, base_rtt_us
 from tests.integration.time_limits import BASE_S, build_allowance, run_allowance
 
 CLI = [sys.executable, '-m', 'testbed.cli']
@@ -39,8 +39,8 @@ def htsim_binary() -> Path:
 
 def test_htsim_s_base_rtt_is_one_packet_stored_and_forwarded_there_and_back(htsim_binary):
     # The fat-tree's longest path has 6 links of 1 us each way; every hop stores and
-    # forwards the whole packet (4,150 bytes) out and its ACK (64) back at 100 Gbit/s.
-    hop_us = (DEFAULT_MTU + 64) * 8 / 100e3
+    # forwards the whole packet (4,150 bytes) out and its ACK back at 100 Gbit/s.
+    hop_us = (DEFAULT_MTU + HEADER_BYTES) * 8 / 100e3     # the ACK is a bare header
     expected = 2 * 6 * 1.0 + 6 * hop_us
     assert base_rtt_us(htsim_binary, parse_topo_spec('fattree,k=4,planes=1'), 100) == \
         pytest.approx(expected, abs=1e-3)
