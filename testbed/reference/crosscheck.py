@@ -68,17 +68,16 @@ def figures_of(flows: list[FlowTimes], line_bps: float, rtt_s: float,
                resent: float) -> Figures:
     """The module's figures of one side's flows."""
     done = [f for f in flows if f.finish_s is not None]
-    scores = {id(f): f.size * 8 / line_bps / max(f.finish_s - f.start_s, 1e-12)
-              for f in done}
+    scores = [f.size * 8 / line_bps / max(f.finish_s - f.start_s, 1e-12) for f in done]
     incast = [f.finish_s for f in done if f.label == 'incast']
-    victim = [scores[id(f)] for f in done if f.label == 'victim']
+    victim = [x for f, x in zip(done, scores) if f.label == 'victim']
     whole = len(done) == len(flows) and flows
     return Figures(
         flows=len(flows), flows_done=len(done),
         makespan_rtts=(max(f.finish_s for f in done) - min(f.start_s for f in flows)) / rtt_s
         if whole else None,
-        mean_ideal_over_fct=sum(scores.values()) / len(done) if done else None,
-        min_ideal_over_fct=min(scores.values()) if done else None,
+        mean_ideal_over_fct=sum(scores) / len(done) if done else None,
+        min_ideal_over_fct=min(scores) if done else None,
         victim_kept=victim[0] if victim else None,
         incast_spread_rtts=(max(incast) - min(incast)) / rtt_s if len(incast) > 1 else None,
         resent=resent)
@@ -117,13 +116,14 @@ def workload_of(sc: Scenario) -> Workload:
 
 # -- the emulation's side --------------------------------------------------------
 
-def emulation_figures(out: Path, sc: Scenario) -> tuple[Figures, dict]:
-    """Figures of the MRC run in results directory `out`, and its summary row."""
+def emulation_figures(out: Path, sc: Scenario, workload: Workload) -> tuple[Figures, dict]:
+    """Figures of the MRC run of `workload` in results directory `out`, and
+    its summary row."""
     row = json.loads((out / 'summary.json').read_text())['transports']['mrc']
     events = [json.loads(line) for line in (out / 'events.jsonl').read_text().splitlines()]
     starts = {e['flow']: e for e in events if e.get('event') == 'flow_start'}
     finishes = {e['flow']: e['t'] for e in events if e.get('event') == 'flow_done'}
-    labels = {f.id: f.label for f in workload_of(sc).flows}
+    labels = {f.id: f.label for f in workload.flows}
     flows = [FlowTimes(labels.get(i, ''), e['bytes'], e['t'], finishes.get(i))
              for i, e in starts.items()]
     rtt_s = row['base_rtt_ms'] / 1e3
@@ -152,8 +152,8 @@ def matched_gbps(binary: Path, spec: TopoSpec, packets_per_bdp: float) -> tuple[
     return gbps, htsim.base_rtt_us(binary, spec, gbps)
 
 
-def htsim_figures(binary: Path, sc: Scenario, our_rtt_s: float, gbps: int | None,
-                  out: Path) -> tuple[Figures, dict]:
+def htsim_figures(binary: Path, sc: Scenario, workload: Workload, our_rtt_s: float,
+                  gbps: int | None, out: Path) -> tuple[Figures, dict]:
     """Figures of the scenario's flows run in htsim (its inputs written to
     `out`), its last hop marking ECN as the scenario's does, and what was
     run."""
@@ -166,7 +166,6 @@ def htsim_figures(binary: Path, sc: Scenario, our_rtt_s: float, gbps: int | None
     else:
         rtt_us = htsim.base_rtt_us(binary, spec, gbps)
     their_bdp = gbps * 1e9 * rtt_us / 1e6 / 8
-    workload = workload_of(sc)
     nodes, _, _ = htsim.tiers_of(spec)
     matrix = htsim.scaled_matrix(workload, nodes, their_bdp / our_bdp,
                                  rtt_us / 1e6 / our_rtt_s)
@@ -219,8 +218,9 @@ def run_seed(binary: Path, sc: Scenario, seed: int, root: Path, gbps: int | None
     """The scenario with `seed` run here (results under `root`), then in htsim."""
     sc = replace(sc, seed=seed)
     out, _ = run_scenario(sc, root, progress=progress)
-    ours, row = emulation_figures(out, sc)
-    theirs, meta = htsim_figures(binary, sc, row['base_rtt_ms'] / 1e3, gbps, out)
+    workload = workload_of(sc)          # the runner's draws for this seed
+    ours, row = emulation_figures(out, sc, workload)
+    theirs, meta = htsim_figures(binary, sc, workload, row['base_rtt_ms'] / 1e3, gbps, out)
     return SeedResult(seed, ours, theirs, row, meta, out)
 
 

@@ -47,7 +47,7 @@ HEADER_BYTES = 64                  # of each packet (uec.cpp: _hdr_size); payloa
 LATENCY_NS = 1000                  # per link, as its example topologies
 TIMEOUT_S = 600                    # one htsim run; ours finish in seconds
 # What a run writes in its directory: topology, matrix, htsim's -o log, what it printed.
-INPUTS = ('htsim.topo', 'htsim.cm', 'htsim.log', 'htsim.out')
+RUN_FILES = ('htsim.topo', 'htsim.cm', 'htsim.log', 'htsim.out')
 # Its flags for a last hop that marks ECN or not (the module's header).
 LAST_HOP_ECN_FLAGS = {True: (), False: ('-sender_cc', '-receiver_cc')}
 HELP = ('htsim is not here: build UEC\'s simulator (github.com/ultraethernet/'
@@ -184,7 +184,7 @@ def run_htsim(binary: Path, topo: str, matrix: ConnectionMatrix, end_us: float,
               seed: int, gbps: int, mtu: int = DEFAULT_MTU,
               workdir: Path | None = None, last_hop_ecn: bool = True) -> HtsimRun:
     """Run htsim_uec on `topo` and `matrix` until `end_us`, in `workdir`
-    (its inputs, log and printed output are kept there: INPUTS) or in a
+    (its inputs, log and printed output are kept there: RUN_FILES) or in a
     scratch directory, its last hop marking ECN or not. Every flow must
     finish: one that did not means -end was too short, an error and not a
     figure."""
@@ -192,7 +192,7 @@ def run_htsim(binary: Path, topo: str, matrix: ConnectionMatrix, end_us: float,
         raise HtsimError('%s: no such file. %s' % (binary, HELP))
     with tempfile.TemporaryDirectory(prefix='mrc-htsim-') as scratch:
         d = workdir or Path(scratch)
-        topo_file, cm_file, log_file, printed = INPUTS
+        topo_file, cm_file, log_file, printed = RUN_FILES
         (d / topo_file).write_text(topo)
         (d / cm_file).write_text(write_cm(matrix))
         command = [str(binary.resolve()), '-topo', topo_file, '-tm', cm_file,
